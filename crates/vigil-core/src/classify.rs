@@ -1,0 +1,260 @@
+//! Line classification: clean a raw log line, strip the server's prefix (timestamp, rank tag,
+//! level), detect the server kind, and match the profile rules.
+
+use crate::profile::{Profile, Profiles, Rule, RuleKind};
+use crate::types::{Cause, Phase};
+use regex::Regex;
+use serde::Serialize;
+use std::sync::OnceLock;
+
+/// Longest line text kept for matching; longer lines are cut (the reader bounds what it reads too).
+pub const MAX_MATCH_LEN: usize = 64 * 1024;
+/// Longest line text kept as evidence.
+pub const MAX_EVIDENCE_LEN: usize = 2048;
+
+/// What a matched rule says about a line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hit {
+    pub profile: String,
+    pub rule: String,
+    #[serde(skip)]
+    pub kind: RuleKind,
+    #[serde(skip)]
+    pub phase: Option<Phase>,
+    #[serde(skip)]
+    pub again: Option<Phase>,
+    #[serde(skip)]
+    pub cause: Option<Cause>,
+    #[serde(skip)]
+    pub hint: Option<String>,
+    #[serde(skip)]
+    pub terminal: bool,
+    #[serde(skip)]
+    pub k: Option<u64>,
+    #[serde(skip)]
+    pub n: Option<u64>,
+    #[serde(skip)]
+    pub detail: Option<String>,
+    pub source: Option<String>,
+}
+
+/// A classified line.
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// The cleaned line (ANSI and quoting removed), bounded for evidence.
+    pub text: String,
+    /// The message after the log prefix.
+    pub message: String,
+    pub rank: Option<String>,
+    pub level: Option<String>,
+    /// Stamp in the log's own scale (milliseconds), when the prefix carried one.
+    pub stamp: Option<i64>,
+    /// The line began with a recognised log prefix.
+    pub prefixed: bool,
+    pub hit: Option<Hit>,
+}
+
+impl Line {
+    pub fn kind(&self) -> Option<RuleKind> {
+        self.hit.as_ref().map(|h| h.kind)
+    }
+
+    /// Looks like part of a traceback or error block rather than a new log record.
+    pub fn is_continuation(&self) -> bool {
+        if !self.prefixed {
+            return true;
+        }
+        if let Some(l) = &self.level {
+            if matches!(l.as_str(), "ERROR" | "E" | "CRITICAL" | "FATAL") {
+                return true;
+            }
+        }
+        let m = &self.message;
+        m.starts_with(' ') || m.starts_with('\t') || m.starts_with("Traceback") || m.is_empty()
+    }
+}
+
+fn ansi_re() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|[\x00-\x08\x0b-\x1f\x7f]").unwrap())
+}
+
+fn quote_re() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    // Markdown quotes (`> `, `>   | ` from issue threads) and docker-compose service prefixes (`svc-1  | `).
+    R.get_or_init(|| Regex::new(r"^(?:(?:> ?)+(?:\s*\|\s+)?|[A-Za-z0-9_.-]+\s+\| )").unwrap())
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut i = max;
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    &s[..i]
+}
+
+/// Removes ANSI colour, control characters and issue/compose quoting.
+pub fn clean(raw: &str) -> String {
+    let raw = truncate(raw, MAX_MATCH_LEN);
+    let s = ansi_re().replace_all(raw, "");
+    let s = s.trim_end();
+    match quote_re().find(s) {
+        Some(m) => s[m.end()..].to_string(),
+        None => s.to_string(),
+    }
+}
+
+struct Stripped<'a> {
+    message: &'a str,
+    rank: Option<String>,
+    level: Option<String>,
+    stamp: Option<i64>,
+}
+
+fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
+    for pre in &p.prefixes {
+        if let Some(c) = pre.re.captures(s) {
+            let whole = c.get(0).unwrap();
+            if whole.start() != 0 || whole.end() == 0 {
+                continue;
+            }
+            let stamp = match (c.name("ts"), pre.time) {
+                (Some(t), Some(f)) => f.parse(t.as_str()),
+                _ => None,
+            };
+            let rank = c
+                .name("rank")
+                .map(|r| r.as_str().trim().to_string())
+                .filter(|r| !r.is_empty());
+            let level = c.name("level").map(|l| l.as_str().trim().to_string()).filter(|l| !l.is_empty());
+            return Some(Stripped { message: &s[whole.end()..], rank, level, stamp });
+        }
+    }
+    None
+}
+
+fn match_rules(p: &Profile, message: &str) -> Option<Hit> {
+    p.rules.iter().find_map(|r| r.re.captures(message).map(|c| hit(r, &c)))
+}
+
+fn hit(r: &Rule, c: &regex::Captures) -> Hit {
+    let num = |n: &str| c.name(n).and_then(|m| m.as_str().parse::<u64>().ok());
+    Hit {
+        profile: r.profile.clone(),
+        rule: r.name.clone(),
+        kind: r.kind,
+        phase: r.phase,
+        again: r.again,
+        cause: r.cause,
+        hint: r.hint.clone(),
+        terminal: r.terminal,
+        k: num("k"),
+        n: num("n"),
+        detail: c.name("detail").map(|m| m.as_str().to_string()),
+        source: r.source.clone(),
+    }
+}
+
+/// Classifies lines of one log. Detects the server kind from the first line that names it, unless forced.
+pub struct Classifier<'p> {
+    profiles: &'p Profiles,
+    kind: Option<usize>,
+    forced: bool,
+}
+
+impl<'p> Classifier<'p> {
+    pub fn new(profiles: &'p Profiles, forced: Option<&str>) -> Classifier<'p> {
+        let kind = forced.and_then(|f| profiles.list.iter().position(|p| p.name == f));
+        Classifier { profiles, kind, forced: kind.is_some() }
+    }
+
+    /// The detected (or forced) server kind.
+    pub fn kind(&self) -> Option<&'p Profile> {
+        self.kind.map(|i| &self.profiles.list[i])
+    }
+
+    pub fn classify(&mut self, raw: &str) -> Line {
+        let text = clean(raw);
+        if self.kind.is_none() && !self.forced {
+            self.kind = self.profiles.list.iter().position(|p| p.detect.iter().any(|r| r.is_match(&text)));
+        }
+        let generic = self.profiles.generic();
+        let candidates: Vec<&Profile> = match self.kind {
+            Some(i) => vec![&self.profiles.list[i], generic],
+            None => self.profiles.list.iter().collect(),
+        };
+        // The prefix comes from the first candidate whose prefix matches.
+        let mut stripped = None;
+        for p in &candidates {
+            if let Some(s) = strip_prefix(p, &text) {
+                stripped = Some(s);
+                break;
+            }
+        }
+        let (message, rank, level, stamp, prefixed) = match stripped {
+            Some(s) => (s.message.to_string(), s.rank, s.level, s.stamp, true),
+            None => (text.clone(), None, None, None, false),
+        };
+        let hit = candidates.iter().find_map(|p| match_rules(p, &message));
+        Line {
+            text: truncate(&text, MAX_EVIDENCE_LEN).to_string(),
+            message,
+            rank,
+            level,
+            stamp,
+            prefixed,
+            hit,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cleans_ansi_and_quotes() {
+        assert_eq!(clean("\x1b[32mINFO\x1b[0m hi"), "INFO hi");
+        assert_eq!(clean("> main: couldn't bind"), "main: couldn't bind");
+        assert_eq!(clean(">   | [2024] INFO: x"), "[2024] INFO: x");
+        assert_eq!(clean("sglang_service-1  | [2026-09-22 15:00:54] x"), "[2026-09-22 15:00:54] x");
+        assert_eq!(clean("Loading safetensors checkpoint shards:   0% Completed | 0/8"), "Loading safetensors checkpoint shards:   0% Completed | 0/8");
+    }
+
+    #[test]
+    fn sglang_prefix_and_rank() {
+        let p = Profiles::builtin();
+        let mut c = Classifier::new(&p, Some("sglang"));
+        let l = c.classify("[2025-10-16 09:06:22 DP0 TP5] Load weight begin. avail mem=70.00 GB");
+        assert_eq!(l.rank.as_deref(), Some("DP0 TP5"));
+        assert!(l.stamp.is_some());
+        assert_eq!(l.hit.unwrap().phase, Some(Phase::Weights));
+        // newer builds: level and file:line after the stamp
+        let l = c.classify("[2026-05-01 10:00:00 TP1] INFO model_runner.py:123: Load weight begin. avail mem=70.00 GB");
+        assert_eq!(l.rank.as_deref(), Some("TP1"));
+        assert_eq!(l.hit.unwrap().phase, Some(Phase::Weights));
+    }
+
+    #[test]
+    fn detects_kind() {
+        let p = Profiles::builtin();
+        let mut c = Classifier::new(&p, None);
+        c.classify("some noise");
+        assert!(c.kind().is_none());
+        c.classify("0.00.008.333 I srv    load_model: loading model 'tiny.gguf'");
+        assert_eq!(c.kind().unwrap().name, "llama-cpp");
+    }
+
+    #[test]
+    fn progress_numbers() {
+        let p = Profiles::builtin();
+        let mut c = Classifier::new(&p, Some("sglang"));
+        let l = c.classify("Capturing batches (bs=200 avail_mem=10.71 GB):  14%|█▍        | 1/7 [00:02<00:13,  2.28s/it]");
+        let h = l.hit.unwrap();
+        assert_eq!((h.k, h.n), (Some(1), Some(7)));
+        assert_eq!(h.detail.as_deref(), Some("bs=200 avail_mem=10.71 GB"));
+    }
+}

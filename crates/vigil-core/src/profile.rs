@@ -1,0 +1,406 @@
+//! Server knowledge as data: one TOML profile per server kind, embedded in the binary and
+//! extendable by users (`--profiles DIR`, `$XDG_CONFIG_HOME/vigil/profiles/`).
+//!
+//! A user file whose `name` matches a built-in profile extends it: its rules are tried *before* the
+//! built-in ones (so a changed ready marker or an added fatal marker wins), and any `[server]`
+//! value it gives replaces the built-in one. A new name adds a new server kind.
+
+use crate::time::TsFormat;
+use crate::types::{Cause, Phase};
+use regex::Regex;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The built-in profiles, in detection priority order. `generic` is last and always applies.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("sglang", include_str!("../profiles/sglang.toml")),
+    ("vllm", include_str!("../profiles/vllm.toml")),
+    ("llama-cpp", include_str!("../profiles/llama-cpp.toml")),
+    ("tgi", include_str!("../profiles/tgi.toml")),
+    ("generic", include_str!("../profiles/generic.toml")),
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileFile {
+    pub name: String,
+    #[serde(default)]
+    pub server: ServerSpec,
+    #[serde(default)]
+    pub prefix: Vec<PrefixSpec>,
+    #[serde(default)]
+    pub rule: Vec<RuleSpec>,
+}
+
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSpec {
+    pub description: Option<String>,
+    /// Log-line regexes that identify this server kind.
+    pub detect: Option<Vec<String>>,
+    /// Command-line regexes that identify this server kind.
+    pub detect_cmd: Option<Vec<String>>,
+    pub port: Option<u16>,
+    pub health_path: Option<String>,
+    /// Probe timeout in seconds (SGLang's `/health` runs a generation that may take 20 s).
+    pub probe_timeout_secs: Option<f64>,
+    /// The phase from which the HTTP port may answer: `launch` (llama-server: 503 while loading)
+    /// or `http` (SGLang, vLLM, TGI: connection refused until then).
+    pub port_opens: Option<String>,
+    /// Per-phase stall limits in seconds, overriding the defaults.
+    pub stall_secs: Option<BTreeMap<String, u64>>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixSpec {
+    /// Regex anchored at line start. Named groups: `ts`, `rank`, `level` (all optional).
+    pub regex: String,
+    /// Timestamp format of the `ts` group: ymd_hms, md_hms, llama_rel, rfc3339.
+    pub time: Option<String>,
+    /// Where the pattern comes from.
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    pub name: String,
+    /// Regex searched in the message (the line with its log prefix removed).
+    #[serde(rename = "match")]
+    pub pattern: String,
+    pub kind: RuleKind,
+    pub phase: Option<String>,
+    /// `phase` rules: the phase to enter instead when the rank already reached `phase`
+    /// (SGLang prints `Load weight begin.` again for the draft model).
+    pub again: Option<String>,
+    pub cause: Option<String>,
+    pub hint: Option<String>,
+    /// `error` rules: when true, the line alone proves the server is going down.
+    #[serde(default)]
+    pub terminal: bool,
+    /// Where the pattern comes from (a reference note or a corpus log).
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleKind {
+    /// Enter `phase` (forward only, per rank).
+    Phase,
+    /// Progress inside a phase: named groups `k` and `n` (and optionally `detail`); `phase` entered if behind.
+    Progress,
+    /// A failure line: carries a cause and hint; `terminal = true` proves the crash.
+    Error,
+    /// Implies a phase for a traceback frame when nothing better is known.
+    Implies,
+    /// The server's ready marker.
+    Ready,
+    /// The HTTP server is up: probe now.
+    HttpUp,
+    /// A serving server reports it is unhealthy (e.g. SGLang `Health check failed`).
+    Unhealthy,
+    /// Periodic "still waiting" lines: signs of life, not progress.
+    Heartbeat,
+    /// Orderly shutdown requested by the operator.
+    Shutdown,
+    /// Known noise: not progress (access logs, request lines).
+    Noise,
+}
+
+/// A compiled rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    pub profile: String,
+    pub re: Regex,
+    pub kind: RuleKind,
+    pub phase: Option<Phase>,
+    pub again: Option<Phase>,
+    pub cause: Option<Cause>,
+    pub hint: Option<String>,
+    pub terminal: bool,
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Prefix {
+    pub re: Regex,
+    pub time: Option<TsFormat>,
+}
+
+/// A compiled profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    pub detect: Vec<Regex>,
+    pub detect_cmd: Vec<Regex>,
+    pub port: u16,
+    pub health_path: String,
+    pub probe_timeout_secs: f64,
+    pub port_opens: Phase,
+    pub stall_secs: BTreeMap<Phase, u64>,
+    pub prefixes: Vec<Prefix>,
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug)]
+pub struct ProfileError(pub String);
+
+impl fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ProfileError {}
+
+fn re(origin: &str, what: &str, s: &str) -> Result<Regex, ProfileError> {
+    Regex::new(s).map_err(|e| {
+        let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
+        ProfileError(format!("{origin}: bad regex in {what}: {first}"))
+    })
+}
+
+fn phase(origin: &str, what: &str, s: &Option<String>) -> Result<Option<Phase>, ProfileError> {
+    match s {
+        None => Ok(None),
+        Some(s) => Phase::parse(s)
+            .map(Some)
+            .ok_or_else(|| ProfileError(format!("{origin}: {what}: unknown phase '{s}'"))),
+    }
+}
+
+impl Profile {
+    fn empty(name: &str) -> Profile {
+        Profile {
+            name: name.to_string(),
+            description: String::new(),
+            detect: vec![],
+            detect_cmd: vec![],
+            port: 8000,
+            health_path: "/health".into(),
+            probe_timeout_secs: 5.0,
+            port_opens: Phase::Http,
+            stall_secs: BTreeMap::new(),
+            prefixes: vec![],
+            rules: vec![],
+        }
+    }
+
+    /// Merges a parsed file into this profile. `front` puts the file's rules before the existing ones.
+    fn merge(&mut self, origin: &str, f: &ProfileFile, front: bool) -> Result<(), ProfileError> {
+        let s = &f.server;
+        if let Some(d) = &s.description {
+            self.description = d.clone();
+        }
+        if let Some(v) = &s.detect {
+            let mut d = v.iter().map(|p| re(origin, "detect", p)).collect::<Result<Vec<_>, _>>()?;
+            if front {
+                d.extend(self.detect.drain(..));
+            }
+            self.detect = d;
+        }
+        if let Some(v) = &s.detect_cmd {
+            self.detect_cmd = v.iter().map(|p| re(origin, "detect_cmd", p)).collect::<Result<_, _>>()?;
+        }
+        if let Some(p) = s.port {
+            self.port = p;
+        }
+        if let Some(h) = &s.health_path {
+            self.health_path = h.clone();
+        }
+        if let Some(t) = s.probe_timeout_secs {
+            if !(t > 0.0 && t < 86_400.0) {
+                return Err(ProfileError(format!("{origin}: probe_timeout_secs must be > 0")));
+            }
+            self.probe_timeout_secs = t;
+        }
+        if let Some(p) = phase(origin, "port_opens", &s.port_opens)? {
+            self.port_opens = p;
+        }
+        if let Some(m) = &s.stall_secs {
+            for (k, v) in m {
+                let p = Phase::parse(k)
+                    .ok_or_else(|| ProfileError(format!("{origin}: stall_secs: unknown phase '{k}'")))?;
+                self.stall_secs.insert(p, *v);
+            }
+        }
+        let mut prefixes = Vec::new();
+        for p in &f.prefix {
+            let time = match &p.time {
+                None => None,
+                Some(t) => Some(
+                    TsFormat::parse_name(t)
+                        .ok_or_else(|| ProfileError(format!("{origin}: prefix: unknown time format '{t}'")))?,
+                ),
+            };
+            prefixes.push(Prefix { re: re(origin, "prefix", &p.regex)?, time });
+        }
+        let mut rules = Vec::new();
+        for r in &f.rule {
+            let what = format!("rule '{}'", r.name);
+            let cause = match &r.cause {
+                None => None,
+                Some(c) => Some(
+                    Cause::parse(c).ok_or_else(|| ProfileError(format!("{origin}: {what}: unknown cause '{c}'")))?,
+                ),
+            };
+            let rule = Rule {
+                name: r.name.clone(),
+                profile: f.name.clone(),
+                re: re(origin, &what, &r.pattern)?,
+                kind: r.kind,
+                phase: phase(origin, &what, &r.phase)?,
+                again: phase(origin, &what, &r.again)?,
+                cause,
+                hint: r.hint.clone(),
+                terminal: r.terminal,
+                source: r.source.clone(),
+            };
+            if matches!(rule.kind, RuleKind::Phase | RuleKind::Implies) && rule.phase.is_none() {
+                return Err(ProfileError(format!("{origin}: {what}: kind needs a phase")));
+            }
+            if rule.kind == RuleKind::Progress {
+                let names: Vec<_> = rule.re.capture_names().flatten().collect();
+                if !names.contains(&"k") || !names.contains(&"n") {
+                    return Err(ProfileError(format!("{origin}: {what}: progress needs (?P<k>..) and (?P<n>..)")));
+                }
+            }
+            rules.push(rule);
+        }
+        if front {
+            prefixes.append(&mut self.prefixes);
+            rules.append(&mut self.rules);
+        } else {
+            self.prefixes.append(&mut prefixes);
+            self.rules.append(&mut rules);
+            prefixes = std::mem::take(&mut self.prefixes);
+            rules = std::mem::take(&mut self.rules);
+        }
+        self.prefixes = prefixes;
+        self.rules = rules;
+        Ok(())
+    }
+
+    pub fn stall_limit_secs(&self, p: Phase) -> u64 {
+        self.stall_secs.get(&p).copied().unwrap_or_else(|| p.default_stall_secs())
+    }
+}
+
+pub fn parse_file(origin: &str, text: &str) -> Result<ProfileFile, ProfileError> {
+    toml::from_str::<ProfileFile>(text).map_err(|e| {
+        let msg = e.message().replace('\n', " ");
+        ProfileError(format!("{origin}: {msg}"))
+    })
+}
+
+/// The set of known profiles, in detection order, `generic` last.
+#[derive(Debug, Clone)]
+pub struct Profiles {
+    pub list: Vec<Profile>,
+}
+
+impl Profiles {
+    /// Built-in profiles only.
+    pub fn builtin() -> Profiles {
+        Profiles::load(&[]).expect("built-in profiles are valid")
+    }
+
+    /// Built-ins extended by user files `(origin, text)`, applied in order.
+    pub fn load(user: &[(String, String)]) -> Result<Profiles, ProfileError> {
+        let mut list: Vec<Profile> = Vec::new();
+        for (name, text) in BUILTIN {
+            let f = parse_file(&format!("built-in profile {name}"), text)?;
+            let mut p = Profile::empty(&f.name);
+            p.merge(name, &f, false)?;
+            list.push(p);
+        }
+        for (origin, text) in user {
+            let f = parse_file(origin, text)?;
+            if f.name.trim().is_empty() {
+                return Err(ProfileError(format!("{origin}: name must not be empty")));
+            }
+            match list.iter_mut().find(|p| p.name == f.name) {
+                Some(p) => p.merge(origin, &f, true)?,
+                None => {
+                    let mut p = Profile::empty(&f.name);
+                    p.merge(origin, &f, false)?;
+                    let at = list.len() - 1; // before generic
+                    list.insert(at, p);
+                }
+            }
+        }
+        Ok(Profiles { list })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Profile> {
+        self.list.iter().find(|p| p.name == name)
+    }
+
+    pub fn generic(&self) -> &Profile {
+        self.get("generic").expect("generic profile")
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.list.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    /// The server kind named by a command line (`python -m sglang.launch_server ...`), if any.
+    pub fn detect_cmd(&self, argv: &[String]) -> Option<&str> {
+        let line = argv.join(" ");
+        self.list
+            .iter()
+            .find(|p| p.detect_cmd.iter().any(|r| r.is_match(&line)))
+            .map(|p| p.name.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_load() {
+        let p = Profiles::builtin();
+        assert_eq!(p.names(), vec!["sglang", "vllm", "llama-cpp", "tgi", "generic"]);
+        for prof in &p.list {
+            for r in &prof.rules {
+                assert!(r.source.is_some() || prof.name == "generic", "{}: rule {} has no source", prof.name, r.name);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_field_is_error() {
+        let e = Profiles::load(&[("x.toml".into(), "name='x'\n[server]\nbogus=1\n".into())]).unwrap_err();
+        assert!(e.0.contains("x.toml") && e.0.contains("bogus"), "{}", e.0);
+    }
+
+    #[test]
+    fn bad_regex_is_error() {
+        let t = "name='x'\n[[rule]]\nname='r'\nmatch='('\nkind='ready'\n";
+        let e = Profiles::load(&[("x.toml".into(), t.into())]).unwrap_err();
+        assert!(e.0.contains("bad regex"), "{}", e.0);
+    }
+
+    #[test]
+    fn user_rules_come_first() {
+        let t = "name='llama-cpp'\n[[rule]]\nname='mine'\nmatch='hello'\nkind='ready'\n";
+        let p = Profiles::load(&[("x.toml".into(), t.into())]).unwrap();
+        assert_eq!(p.get("llama-cpp").unwrap().rules[0].name, "mine");
+    }
+
+    #[test]
+    fn detect_cmd() {
+        let p = Profiles::builtin();
+        let a = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(p.detect_cmd(&a("python -m sglang.launch_server --model-path x")), Some("sglang"));
+        assert_eq!(p.detect_cmd(&a("vllm serve Qwen/Qwen3")), Some("vllm"));
+        assert_eq!(p.detect_cmd(&a("/opt/bin/llama-server -m x.gguf")), Some("llama-cpp"));
+        assert_eq!(p.detect_cmd(&a("text-generation-launcher --model-id x")), Some("tgi"));
+        assert_eq!(p.detect_cmd(&a("sleep 10")), None);
+    }
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds (once) the real test server: llama.cpp's llama-server from the llama-cpp-python sdist on PyPI,
+# plus tiny random-weight GGUF models. Everything is cached under ~/.cache/vigil/, keyed by version,
+# so a second run does nothing. Prints the env lines tests read (VIGIL_LLAMA_SERVER, VIGIL_MODELS).
+set -euo pipefail
+LLAMA_CPP_PY_VERSION=0.3.36
+GGUF_VERSION=0.19.0
+MODELS_VERSION=v2
+CACHE=${VIGIL_CACHE:-$HOME/.cache/vigil}
+HERE=$(cd "$(dirname "$0")" && pwd)
+VENV=$CACHE/venv-py311-gguf$GGUF_VERSION
+BUILD=$CACHE/llama-server-$LLAMA_CPP_PY_VERSION
+MODELS=$CACHE/models-$MODELS_VERSION
+mkdir -p "$CACHE"
+log() { echo "setup: $*" >&2; }
+
+if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.done" ]; then
+  log "creating python venv $VENV"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check cmake ninja scikit-build-core "gguf==$GGUF_VERSION" numpy
+  touch "$VENV/.done"
+fi
+
+if [ ! -x "$BUILD/bin/llama-server" ]; then
+  log "building llama-server from llama-cpp-python $LLAMA_CPP_PY_VERSION sdist (several minutes, once)"
+  SRC=$CACHE/src
+  mkdir -p "$SRC"
+  if [ ! -f "$SRC/llama_cpp_python-$LLAMA_CPP_PY_VERSION.tar.gz" ]; then
+    # --no-build-isolation with cmake/scikit-build-core already in the venv: metadata only, no cmake rebuild.
+    "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --no-build-isolation \
+      --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PY_VERSION" -d "$SRC"
+  fi
+  rm -rf "$SRC/llama_cpp_python-$LLAMA_CPP_PY_VERSION"
+  tar -xzf "$SRC/llama_cpp_python-$LLAMA_CPP_PY_VERSION.tar.gz" -C "$SRC"
+  LL=$SRC/llama_cpp_python-$LLAMA_CPP_PY_VERSION/vendor/llama.cpp
+  rm -rf "$BUILD.tmp"
+  "$VENV/bin/cmake" -S "$LL" -B "$BUILD.tmp/build" -G Ninja -DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja" \
+    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >"$CACHE/llama-build.log" 2>&1 \
+    || { tail -30 "$CACHE/llama-build.log" >&2; exit 1; }
+  "$VENV/bin/cmake" --build "$BUILD.tmp/build" --target llama-server -j "$(nproc)" >>"$CACHE/llama-build.log" 2>&1 \
+    || { tail -30 "$CACHE/llama-build.log" >&2; exit 1; }
+  mkdir -p "$BUILD.tmp/bin"
+  cp "$BUILD.tmp/build/bin/llama-server" "$BUILD.tmp/bin/"
+  cp "$LL/models/ggml-vocab-llama-spm.gguf" "$LL/models/ggml-vocab-gpt-2.gguf" "$BUILD.tmp/" 2>/dev/null || true
+  rm -rf "$BUILD.tmp/build" "$BUILD"
+  mv "$BUILD.tmp" "$BUILD"
+  rm -rf "$SRC/llama_cpp_python-$LLAMA_CPP_PY_VERSION"
+fi
+
+if [ ! -f "$MODELS/.done" ]; then
+  log "writing tiny GGUF models to $MODELS"
+  rm -rf "$MODELS"; mkdir -p "$MODELS"
+  "$VENV/bin/python" "$HERE/make_models.py" --vocab "$BUILD/ggml-vocab-llama-spm.gguf" \
+    --gpt2-vocab "$BUILD/ggml-vocab-gpt-2.gguf" --out "$MODELS"
+  touch "$MODELS/.done"
+fi
+
+echo "VIGIL_LLAMA_SERVER=$BUILD/bin/llama-server"
+echo "VIGIL_MODELS=$MODELS"

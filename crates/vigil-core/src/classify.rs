@@ -30,6 +30,8 @@ pub struct Hit {
     #[serde(skip)]
     pub terminal: bool,
     #[serde(skip)]
+    pub force: bool,
+    #[serde(skip)]
     pub k: Option<u64>,
     #[serde(skip)]
     pub n: Option<u64>,
@@ -151,6 +153,7 @@ fn hit(r: &Rule, c: &regex::Captures) -> Hit {
         cause: r.cause,
         hint: r.hint.clone(),
         terminal: r.terminal,
+        force: r.force,
         k: num("k"),
         n: num("n"),
         detail: c.name("detail").map(|m| m.as_str().to_string()),

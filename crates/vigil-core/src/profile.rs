@@ -80,6 +80,9 @@ pub struct RuleSpec {
     /// `error` rules: when true, the line alone proves the server is going down.
     #[serde(default)]
     pub terminal: bool,
+    /// The rule's `phase` replaces the current phase instead of only filling in an unknown one.
+    #[serde(default)]
+    pub force: bool,
     /// Where the pattern comes from (a reference note or a corpus log).
     pub source: Option<String>,
 }
@@ -95,6 +98,8 @@ pub enum RuleKind {
     Error,
     /// Implies a phase for a traceback frame when nothing better is known.
     Implies,
+    /// A progress signal that changes no phase.
+    Mark,
     /// The server's ready marker.
     Ready,
     /// The HTTP server is up: probe now.
@@ -121,6 +126,7 @@ pub struct Rule {
     pub cause: Option<Cause>,
     pub hint: Option<String>,
     pub terminal: bool,
+    pub force: bool,
     pub source: Option<String>,
 }
 
@@ -258,6 +264,7 @@ impl Profile {
                 cause,
                 hint: r.hint.clone(),
                 terminal: r.terminal,
+                force: r.force,
                 source: r.source.clone(),
             };
             if matches!(rule.kind, RuleKind::Phase | RuleKind::Implies) && rule.phase.is_none() {

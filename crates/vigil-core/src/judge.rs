@@ -1,0 +1,779 @@
+//! The judge: a pure state machine. Facts (classified lines, probe results, process exits, ticks) come
+//! in with their time; events and one current state come out. No I/O, no clock reads: the same facts
+//! at the same times give the same verdict, which is what makes it testable on virtual time.
+
+use crate::classify::Line;
+use crate::profile::RuleKind;
+use crate::types::{Cause, Phase, Verdict};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Lines of an error block kept as evidence: the first few and the last many.
+const BLOCK_HEAD: usize = 6;
+const BLOCK_TAIL: usize = 30;
+/// Lines remembered before a verdict.
+const RECENT: usize = 12;
+
+#[derive(Debug, Clone)]
+pub struct JudgeConfig {
+    /// Live mode: stall and timeout rules apply, ticks matter. Offline (diagnose) they never fire.
+    pub live: bool,
+    /// A ready marker alone is not enough: a good probe must prove readiness.
+    pub require_probe: bool,
+    /// Stall rules apply (live, with a log to show progress).
+    pub stall_enabled: bool,
+    /// Per-phase stall limits (ms); phases not named use `stall_default_ms`, then the phase default.
+    pub stall_ms: BTreeMap<Phase, u64>,
+    pub stall_default_ms: Option<u64>,
+    /// Overall deadline (ms after the first fact).
+    pub timeout_ms: Option<u64>,
+    /// A terminal error block is closed after this much quiet.
+    pub quiet_ms: u64,
+}
+
+impl Default for JudgeConfig {
+    fn default() -> Self {
+        JudgeConfig {
+            live: false,
+            require_probe: false,
+            stall_enabled: false,
+            stall_ms: BTreeMap::new(),
+            stall_default_ms: None,
+            timeout_ms: None,
+            quiet_ms: 1500,
+        }
+    }
+}
+
+impl JudgeConfig {
+    pub fn stall_limit_ms(&self, p: Phase) -> u64 {
+        self.stall_ms
+            .get(&p)
+            .copied()
+            .or(self.stall_default_ms)
+            .unwrap_or(p.default_stall_secs() * 1000)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeOutcome {
+    /// 2xx: the server answered as ready.
+    Ok,
+    /// Answered, not ready (e.g. 503 "Loading model").
+    NotReady,
+    /// Connection refused: nothing listens.
+    Refused,
+    /// No answer within the probe timeout.
+    Timeout,
+    /// Anything else: reset, garbage, unexpected status.
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// We are the parent and know the status; false for `--pid` of a process we did not start.
+    pub ours: bool,
+}
+
+impl ExitInfo {
+    pub fn describe(&self) -> String {
+        if !self.ours {
+            return "exited; exit status unknown (not our child)".into();
+        }
+        match (self.code, self.signal) {
+            (_, Some(s)) => format!("killed by {}", signal_name(s)),
+            (Some(c), None) => format!("exited with status {c}"),
+            (None, None) => "exited".into(),
+        }
+    }
+
+    fn cause(&self) -> Cause {
+        match self.signal {
+            Some(11) | Some(7) => Cause::Segfault,
+            Some(6) | None => Cause::Unknown,
+            Some(_) => Cause::Killed,
+        }
+    }
+}
+
+pub fn signal_name(s: i32) -> String {
+    let n = match s {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => return format!("signal {s}"),
+    };
+    n.to_string()
+}
+
+#[derive(Debug, Clone)]
+pub enum Input {
+    Line(Box<Line>),
+    Probe(ProbeOutcome),
+    Exit(ExitInfo),
+    /// Time passes.
+    Tick,
+    /// Offline: the text ended.
+    Eof,
+}
+
+/// One timestamped fact. `at` is milliseconds on the source's clock; `None` when unknown.
+#[derive(Debug, Clone)]
+pub struct Fact {
+    pub at: Option<u64>,
+    pub input: Input,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Progress {
+    pub k: u64,
+    pub n: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TimelineEntry {
+    pub phase: Phase,
+    /// Milliseconds from the first timed fact; null when the log gave no time.
+    pub at_ms: Option<u64>,
+    /// Null when it cannot be known (no stamps), never invented.
+    pub duration_ms: Option<u64>,
+}
+
+/// The verdict with everything needed to explain it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub verdict: Verdict,
+    pub phase: Phase,
+    pub cause: Option<Cause>,
+    pub server: Option<String>,
+    pub hint: Option<String>,
+    pub detail: Option<String>,
+    pub evidence: Vec<String>,
+    pub last_lines: Vec<String>,
+    pub timeline: Vec<TimelineEntry>,
+    pub laggards: Vec<String>,
+    pub progress: Option<Progress>,
+    pub exit: Option<ExitInfo>,
+    /// Milliseconds from the first timed fact to the verdict, when known.
+    pub elapsed_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The server phase changed.
+    Phase {
+        phase: Phase,
+        from: Phase,
+        at_ms: Option<u64>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        laggards: Vec<String>,
+    },
+    Progress {
+        phase: Phase,
+        #[serde(flatten)]
+        progress: Progress,
+    },
+    /// The log says the HTTP server is up, or the ready marker appeared while a probe must confirm it: probe now.
+    ProbeNow { reason: String },
+    /// A terminal or state-changing verdict.
+    Verdict(Box<Report>),
+}
+
+#[derive(Debug, Clone, Default)]
+struct RankState {
+    phase: Option<Phase>,
+    visited: u16,
+    steps: u32,
+}
+
+impl RankState {
+    fn current(&self) -> Phase {
+        self.phase.unwrap_or(Phase::Launch)
+    }
+    fn visited(&self, p: Phase) -> bool {
+        self.visited & (1 << p as u16) != 0
+    }
+    /// Moves to `p` (or `again` when `p` was already visited). Returns true on a change.
+    fn enter(&mut self, p: Phase, again: Option<Phase>) -> bool {
+        // Forward only, except that `again` may lead back to a draft phase (SGLang loads and captures
+        // the draft after the target's graphs).
+        let (target, via_again) = match again {
+            Some(a) if self.visited(p) => (a, true),
+            _ => (p, false),
+        };
+        let cur = self.current();
+        if self.visited(target) || (target < cur && (!via_again || cur.is_server_wide())) {
+            return false;
+        }
+        self.phase = Some(target);
+        self.visited |= 1 << target as u16;
+        self.steps += 1;
+        true
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Block {
+    head: Vec<String>,
+    tail: VecDeque<String>,
+    dropped: usize,
+    cause: Option<Cause>,
+    hint: Option<String>,
+    terminal: bool,
+    implied: Option<Phase>,
+    forced: Option<Phase>,
+    last_at: u64,
+}
+
+impl Block {
+    fn push(&mut self, s: &str) {
+        if self.head.len() < BLOCK_HEAD {
+            self.head.push(s.to_string());
+        } else {
+            if self.tail.len() == BLOCK_TAIL {
+                self.tail.pop_front();
+                self.dropped += 1;
+            }
+            self.tail.push_back(s.to_string());
+        }
+    }
+    fn lines(&self) -> Vec<String> {
+        let mut v = self.head.clone();
+        if self.dropped > 0 {
+            v.push(format!("[… {} lines …]", self.dropped));
+        }
+        v.extend(self.tail.iter().cloned());
+        v
+    }
+}
+
+/// The state machine.
+#[derive(Debug, Clone)]
+pub struct Judge {
+    cfg: JudgeConfig,
+    server: Option<String>,
+    ranks: BTreeMap<String, RankState>,
+    phase: Phase,
+    progress: Option<(Phase, Progress)>,
+    now: u64,
+    origin: Option<u64>,
+    last_progress: u64,
+    phase_since: Option<u64>,
+    timeline: Vec<(Phase, Option<u64>)>,
+    recent: VecDeque<String>,
+    block: Option<Block>,
+    state: Verdict,
+    report: Option<Report>,
+    ready_marker: bool,
+    shutdown: bool,
+    exit: Option<ExitInfo>,
+}
+
+impl Judge {
+    pub fn new(cfg: JudgeConfig) -> Judge {
+        Judge {
+            cfg,
+            server: None,
+            ranks: BTreeMap::new(),
+            phase: Phase::Launch,
+            progress: None,
+            now: 0,
+            origin: None,
+            last_progress: 0,
+            phase_since: None,
+            timeline: vec![(Phase::Launch, None)],
+            recent: VecDeque::new(),
+            block: None,
+            state: Verdict::Starting,
+            report: None,
+            ready_marker: false,
+            shutdown: false,
+            exit: None,
+        }
+    }
+
+    pub fn config(&self) -> &JudgeConfig {
+        &self.cfg
+    }
+
+    pub fn set_server(&mut self, name: &str) {
+        self.server = Some(name.to_string());
+    }
+
+    pub fn state(&self) -> Verdict {
+        self.state
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn progress(&self) -> Option<&Progress> {
+        match &self.progress {
+            Some((p, pr)) if *p == self.phase => Some(pr),
+            _ => None,
+        }
+    }
+
+    /// Milliseconds in the current phase, when known.
+    pub fn in_phase_ms(&self) -> Option<u64> {
+        self.phase_since.map(|s| self.now.saturating_sub(s))
+    }
+
+    pub fn elapsed_ms(&self) -> Option<u64> {
+        self.origin.map(|o| self.now.saturating_sub(o))
+    }
+
+    pub fn since_progress_ms(&self) -> u64 {
+        self.now.saturating_sub(self.last_progress)
+    }
+
+    pub fn report(&self) -> Option<&Report> {
+        self.report.as_ref()
+    }
+
+    pub fn ready_marker_seen(&self) -> bool {
+        self.ready_marker
+    }
+
+    /// Ranks behind the most advanced one.
+    pub fn laggards(&self) -> Vec<String> {
+        let tagged: Vec<_> = self.ranks.iter().filter(|(k, _)| !k.is_empty()).collect();
+        let Some(max) = tagged.iter().map(|(_, r)| r.steps).max() else { return vec![] };
+        tagged
+            .iter()
+            .filter(|(_, r)| r.steps < max)
+            .map(|(k, r)| format!("{k} ({})", r.current()))
+            .collect()
+    }
+
+    /// Feeds one fact; returns the events it caused.
+    pub fn feed(&mut self, fact: Fact) -> Vec<Event> {
+        let mut ev = Vec::new();
+        if let Some(at) = fact.at {
+            if self.origin.is_none() {
+                self.origin = Some(at);
+                self.now = at;
+                self.last_progress = at;
+                self.phase_since = Some(at);
+                self.timeline[0].1 = Some(0);
+            }
+            // Stamps that go backwards are tolerated: time never runs back.
+            self.now = self.now.max(at);
+        }
+        if self.state.is_terminal() {
+            if let Input::Line(l) = &fact.input {
+                self.remember(&l.text);
+            }
+            return ev;
+        }
+        match fact.input {
+            Input::Line(l) => self.on_line(*l, &mut ev),
+            Input::Probe(p) => self.on_probe(p, &mut ev),
+            Input::Exit(x) => self.on_exit(x, &mut ev),
+            Input::Tick => {}
+            Input::Eof => self.on_eof(&mut ev),
+        }
+        self.check_timers(&mut ev);
+        ev
+    }
+
+    fn remember(&mut self, s: &str) {
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(s.to_string());
+    }
+
+    fn rel(&self, at: Option<u64>) -> Option<u64> {
+        match (at, self.origin) {
+            (Some(a), Some(o)) => Some(a.saturating_sub(o)),
+            _ => None,
+        }
+    }
+
+    fn on_line(&mut self, l: Line, ev: &mut Vec<Event>) {
+        let kind = l.kind();
+        let hit = l.hit.clone();
+        // 1. Error blocks: open, extend or close.
+        let opens = matches!(kind, Some(RuleKind::Error) | Some(RuleKind::Implies));
+        if let Some(b) = &mut self.block {
+            if opens || l.is_continuation() {
+                b.push(&l.text);
+                b.last_at = self.now;
+            } else {
+                let b = self.block.take().unwrap();
+                if b.terminal {
+                    self.crash(b, ev);
+                    self.remember(&l.text);
+                    return;
+                }
+            }
+        } else if opens {
+            let mut b = Block { last_at: self.now, ..Block::default() };
+            b.push(&l.text);
+            self.block = Some(b);
+        }
+        if let (Some(h), Some(b)) = (&hit, &mut self.block) {
+            if matches!(h.kind, RuleKind::Error | RuleKind::Implies) {
+                if let Some(c) = h.cause {
+                    b.cause = Some(c);
+                    b.hint = h.hint.clone();
+                } else if b.hint.is_none() && h.hint.is_some() && b.cause.is_none() {
+                    b.hint = h.hint.clone();
+                }
+                b.terminal |= h.terminal;
+                if let Some(p) = h.phase {
+                    if h.force {
+                        b.forced = Some(p);
+                    } else {
+                        b.implied = Some(b.implied.map_or(p, |q| q.max(p)));
+                    }
+                }
+            }
+        }
+        self.remember(&l.text);
+
+        // 2. Phases, progress, markers.
+        let mut progressed = !matches!(kind, Some(RuleKind::Noise) | Some(RuleKind::Heartbeat));
+        if let Some(h) = &hit {
+            match h.kind {
+                RuleKind::Phase | RuleKind::Progress | RuleKind::Heartbeat | RuleKind::HttpUp => {
+                    if let Some(p) = h.phase {
+                        if self.enter(l.rank.as_deref(), p, h.again, ev) {
+                            progressed = true;
+                        }
+                    }
+                    if h.kind == RuleKind::Progress {
+                        if let (Some(k), Some(n)) = (h.k, h.n) {
+                            let rank_phase = self.rank_phase(l.rank.as_deref());
+                            let pr = Progress { k, n, detail: h.detail.clone() };
+                            if self.progress.as_ref().map(|(_, x)| x) != Some(&pr) {
+                                self.progress = Some((rank_phase, pr.clone()));
+                                if rank_phase == self.phase {
+                                    ev.push(Event::Progress { phase: rank_phase, progress: pr });
+                                }
+                            }
+                        }
+                    }
+                    if h.kind == RuleKind::HttpUp {
+                        ev.push(Event::ProbeNow { reason: "the log says the HTTP server is up".into() });
+                    }
+                }
+                RuleKind::Ready => {
+                    self.ready_marker = true;
+                    if self.state == Verdict::Starting {
+                        if self.cfg.require_probe {
+                            ev.push(Event::ProbeNow { reason: "the log shows the ready marker".into() });
+                        } else {
+                            self.become_ready(ev);
+                        }
+                    }
+                }
+                RuleKind::Unhealthy => {
+                    if matches!(self.state, Verdict::Ready) {
+                        self.state = Verdict::Unhealthy;
+                        let r = self.make_report(
+                            Verdict::Unhealthy,
+                            self.phase,
+                            h.cause,
+                            h.hint.clone(),
+                            Some(format!("the server reported: {}", l.message.trim())),
+                            vec![l.text.clone()],
+                        );
+                        self.emit(r, ev);
+                    }
+                }
+                RuleKind::Shutdown => self.shutdown = true,
+                _ => {}
+            }
+        }
+        if progressed {
+            self.last_progress = self.now;
+        }
+    }
+
+    fn rank_phase(&self, rank: Option<&str>) -> Phase {
+        self.ranks.get(rank.unwrap_or("")).map_or(Phase::Launch, |r| r.current())
+    }
+
+    /// Enters a phase for a rank (or, for server-wide phases, for every rank). True when something changed.
+    fn enter(&mut self, rank: Option<&str>, p: Phase, again: Option<Phase>, ev: &mut Vec<Event>) -> bool {
+        let changed = if p.is_server_wide() {
+            self.ranks.entry(String::new()).or_default();
+            let mut any = false;
+            for r in self.ranks.values_mut() {
+                any |= r.enter(p, again);
+            }
+            any
+        } else {
+            self.ranks.entry(rank.unwrap_or("").to_string()).or_default().enter(p, again)
+        };
+        if changed {
+            self.recompute_phase(ev);
+        }
+        changed
+    }
+
+    fn recompute_phase(&mut self, ev: &mut Vec<Event>) {
+        let tagged = self.ranks.iter().any(|(k, _)| !k.is_empty());
+        let new = self
+            .ranks
+            .iter()
+            .filter(|(k, _)| !tagged || !k.is_empty())
+            .min_by_key(|(_, r)| (r.steps, r.current()))
+            .map_or(Phase::Launch, |(_, r)| r.current());
+        if new != self.phase {
+            let from = self.phase;
+            self.phase = new;
+            self.phase_since = Some(self.now);
+            let at = self.rel(self.origin.map(|_| self.now));
+            self.timeline.push((new, at));
+            ev.push(Event::Phase { phase: new, from, at_ms: at, laggards: self.laggards() });
+        }
+    }
+
+    fn become_ready(&mut self, ev: &mut Vec<Event>) {
+        self.enter(None, Phase::Serving, None, ev);
+        self.state = Verdict::Ready;
+        let r = self.make_report(Verdict::Ready, Phase::Serving, None, None, None, vec![]);
+        self.emit(r, ev);
+    }
+
+    fn on_probe(&mut self, p: ProbeOutcome, ev: &mut Vec<Event>) {
+        if p == ProbeOutcome::Ok && self.state == Verdict::Starting {
+            self.become_ready(ev);
+        }
+    }
+
+    fn on_exit(&mut self, x: ExitInfo, ev: &mut Vec<Event>) {
+        self.exit = Some(x.clone());
+        let block = self.block.take();
+        match self.state {
+            Verdict::Starting => {
+                let b = block.unwrap_or_default();
+                self.crash_with_exit(b, x, ev);
+            }
+            Verdict::Ready | Verdict::Unhealthy => {
+                let orderly = self.shutdown || (x.ours && x.code == Some(0) && x.signal.is_none());
+                if !orderly {
+                    let b = block.unwrap_or_default();
+                    self.crash_with_exit(b, x, ev);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn crash_with_exit(&mut self, mut b: Block, x: ExitInfo, ev: &mut Vec<Event>) {
+        if b.cause.is_none() {
+            let c = x.cause();
+            if c != Cause::Unknown {
+                b.cause = Some(c);
+            }
+        }
+        let detail = x.describe();
+        self.crash_detail(b, Some(detail), ev);
+    }
+
+    fn on_eof(&mut self, ev: &mut Vec<Event>) {
+        if let Some(b) = self.block.take() {
+            if b.terminal {
+                self.crash(b, ev);
+            }
+        }
+    }
+
+    fn crash(&mut self, b: Block, ev: &mut Vec<Event>) {
+        self.crash_detail(b, None, ev);
+    }
+
+    fn crash_detail(&mut self, b: Block, detail: Option<String>, ev: &mut Vec<Event>) {
+        let phase = b.forced.unwrap_or(match (self.phase, b.implied) {
+            (Phase::Launch, Some(p)) => p,
+            (p, _) => p,
+        });
+        let cause = b.cause.unwrap_or(Cause::Unknown);
+        let hint = b.hint.clone().or_else(|| Some(hint_for(cause, phase).to_string()));
+        self.state = Verdict::Crashed;
+        let r = self.make_report(Verdict::Crashed, phase, Some(cause), hint, detail, b.lines());
+        self.emit(r, ev);
+    }
+
+    fn check_timers(&mut self, ev: &mut Vec<Event>) {
+        if !self.cfg.live {
+            return;
+        }
+        // A terminal block closes after a quiet period: the server may stay alive after its fatal line.
+        if let Some(b) = &self.block {
+            if b.terminal && self.now.saturating_sub(b.last_at) >= self.cfg.quiet_ms {
+                let b = self.block.take().unwrap();
+                self.crash(b, ev);
+                return;
+            }
+        }
+        if self.state != Verdict::Starting || self.origin.is_none() {
+            return;
+        }
+        if self.cfg.stall_enabled {
+            let limit = self.cfg.stall_limit_ms(self.phase);
+            let quiet = self.since_progress_ms();
+            if quiet >= limit {
+                self.state = Verdict::Stalled;
+                let mut d = format!("no progress for {} in {}", fmt_ms(quiet), self.phase);
+                if let Some(p) = self.progress() {
+                    d.push_str(&format!(" (last progress {}/{}", p.k, p.n));
+                    if let Some(x) = &p.detail {
+                        d.push_str(&format!(", {x}"));
+                    }
+                    d.push(')');
+                }
+                d.push_str(&format!("; stall limit {}", fmt_ms(limit)));
+                let hint = stall_hint(self.phase).to_string();
+                let r = self.make_report(Verdict::Stalled, self.phase, None, Some(hint), Some(d), vec![]);
+                self.emit(r, ev);
+                return;
+            }
+        }
+        if let (Some(t), Some(e)) = (self.cfg.timeout_ms, self.elapsed_ms()) {
+            if e >= t {
+                self.state = Verdict::Timeout;
+                let d = format!(
+                    "--timeout {} passed while still progressing in {} (last progress {} ago)",
+                    fmt_ms(t),
+                    self.phase,
+                    fmt_ms(self.since_progress_ms())
+                );
+                let r = self.make_report(
+                    Verdict::Timeout,
+                    self.phase,
+                    None,
+                    Some("the server is still making progress: raise --timeout if this startup is expected to take longer".into()),
+                    Some(d),
+                    vec![],
+                );
+                self.emit(r, ev);
+            }
+        }
+    }
+
+    fn make_report(
+        &self,
+        verdict: Verdict,
+        phase: Phase,
+        cause: Option<Cause>,
+        hint: Option<String>,
+        detail: Option<String>,
+        evidence: Vec<String>,
+    ) -> Report {
+        let mut timeline: Vec<TimelineEntry> = Vec::new();
+        let end = self.rel(self.origin.map(|_| self.now));
+        for (i, (p, at)) in self.timeline.iter().enumerate() {
+            let next = self.timeline.get(i + 1).map(|x| x.1).unwrap_or(end);
+            let duration_ms = match (at, next) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(*a)),
+                _ => None,
+            };
+            timeline.push(TimelineEntry { phase: *p, at_ms: *at, duration_ms });
+        }
+        Report {
+            verdict,
+            phase,
+            cause,
+            server: self.server.clone(),
+            hint,
+            detail,
+            evidence,
+            last_lines: self.recent.iter().cloned().collect(),
+            timeline,
+            laggards: self.laggards(),
+            progress: self.progress().cloned(),
+            exit: self.exit.clone(),
+            elapsed_ms: end,
+        }
+    }
+
+    fn emit(&mut self, r: Report, ev: &mut Vec<Event>) {
+        self.report = Some(r.clone());
+        ev.push(Event::Verdict(Box::new(r)));
+    }
+
+    /// The offline verdict at the end of the text (`starting` when nothing decided it).
+    pub fn final_report(&self) -> Report {
+        match &self.report {
+            Some(r) if r.verdict == self.state => {
+                let mut r = r.clone();
+                r.last_lines = self.recent.iter().cloned().collect();
+                r
+            }
+            _ => self.make_report(self.state, self.phase, None, None, None, vec![]),
+        }
+    }
+}
+
+/// Advice for a cause where the matching rule gave none: the same cause needs different advice by phase.
+pub fn hint_for(cause: Cause, phase: Phase) -> &'static str {
+    use Phase::*;
+    match (cause, phase) {
+        (Cause::GpuOom, Weights | DraftWeights | Launch | DistInit) => {
+            "the weights do not fit in GPU memory: use more tensor parallelism (--tp) or a quantized model"
+        }
+        (Cause::GpuOom, CudaGraphs | DraftCudaGraphs | Compile) => {
+            "out of GPU memory during graph capture/compile: lower the memory fraction (--mem-fraction-static / --gpu-memory-utilization) or the CUDA-graph max batch size"
+        }
+        (Cause::GpuOom, KvCache) => {
+            "too little memory left for the KV cache: raise the memory fraction or lower the context length"
+        }
+        (Cause::GpuOom, _) => "out of GPU memory while serving: lower the batch size / max running requests or the memory fraction",
+        (Cause::HostOom, _) => "the OS OOM killer ended a process: the host ran out of RAM; check `dmesg -T | grep -i oom`",
+        (Cause::Nccl, _) => "NCCL failed: rerun with NCCL_DEBUG=INFO and check the network interfaces and GPU visibility of every rank",
+        (Cause::Config, _) => "a configuration check failed: the message above names the values; `vigil check` catches most before launch",
+        (Cause::PortInUse, _) => "a port the server needs is taken: stop the holder or choose another port",
+        (Cause::GraphCapture, _) => "CUDA-graph capture failed: try a smaller max capture batch size or disable CUDA graphs to confirm",
+        (Cause::Watchdog, _) => "the server's own watchdog fired: a forward pass hung (collective or device); see the dump above",
+        (Cause::ModelFile, _) => "the model file is missing, truncated or not a model: check the path and the file's size",
+        (Cause::CudaError, _) => "a CUDA kernel failed: rerun with CUDA_LAUNCH_BLOCKING=1 to locate it",
+        (Cause::Segfault, _) => "a native crash (segfault): the frames above show where; note the server, torch and driver versions",
+        (Cause::Killed, _) => "the process was killed by a signal from outside (operator, orchestrator or OOM killer): check who sent it (dmesg, systemd, kubelet)",
+        (Cause::EngineDead, _) => "the engine died while the HTTP front end lived: restart the server; the root cause is the first exception above",
+        (Cause::Unknown, _) => "the log does not name a cause: read the evidence lines; the root cause is usually the first exception in them",
+    }
+}
+
+fn stall_hint(p: Phase) -> &'static str {
+    match p {
+        Phase::DistInit => "stuck in distributed init: a rank or node did not join (NCCL/TCP store); check every node is up and NCCL_SOCKET_IFNAME",
+        Phase::Weights | Phase::DraftWeights => "weight loading stopped progressing: check the filesystem (network storage?) and host memory",
+        Phase::CudaGraphs | Phase::DraftCudaGraphs => "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory flat; py-spy dump the scheduler, or try --disable-cuda-graph to confirm",
+        Phase::Compile => "torch.compile is silent for long stretches: raise --stall compile=DUR if this is a cold cache",
+        _ => "the server stopped making progress: the last lines show where it was",
+    }
+}
+
+/// Formats milliseconds as a short human duration (1.2s, 3m05s, 8h12m).
+pub fn fmt_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    }
+}

@@ -78,7 +78,10 @@ impl Line {
 
 fn ansi_re() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
-    R.get_or_init(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|[\x00-\x08\x0b-\x1f\x7f]").unwrap())
+    R.get_or_init(|| {
+        Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|[\x00-\x08\x0b-\x1f\x7f]")
+            .unwrap()
+    })
 }
 
 fn quote_re() -> &'static Regex {
@@ -131,15 +134,25 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
                 .name("rank")
                 .map(|r| r.as_str().trim().to_string())
                 .filter(|r| !r.is_empty());
-            let level = c.name("level").map(|l| l.as_str().trim().to_string()).filter(|l| !l.is_empty());
-            return Some(Stripped { message: &s[whole.end()..], rank, level, stamp });
+            let level = c
+                .name("level")
+                .map(|l| l.as_str().trim().to_string())
+                .filter(|l| !l.is_empty());
+            return Some(Stripped {
+                message: &s[whole.end()..],
+                rank,
+                level,
+                stamp,
+            });
         }
     }
     None
 }
 
 fn match_rules(p: &Profile, message: &str) -> Option<Hit> {
-    p.rules.iter().find_map(|r| r.re.captures(message).map(|c| hit(r, &c)))
+    p.rules
+        .iter()
+        .find_map(|r| r.re.captures(message).map(|c| hit(r, &c)))
 }
 
 fn hit(r: &Rule, c: &regex::Captures) -> Hit {
@@ -171,7 +184,11 @@ pub struct Classifier<'p> {
 impl<'p> Classifier<'p> {
     pub fn new(profiles: &'p Profiles, forced: Option<&str>) -> Classifier<'p> {
         let kind = forced.and_then(|f| profiles.list.iter().position(|p| p.name == f));
-        Classifier { profiles, kind, forced: kind.is_some() }
+        Classifier {
+            profiles,
+            kind,
+            forced: kind.is_some(),
+        }
     }
 
     /// The detected (or forced) server kind.
@@ -182,7 +199,11 @@ impl<'p> Classifier<'p> {
     pub fn classify(&mut self, raw: &str) -> Line {
         let text = clean(raw);
         if self.kind.is_none() && !self.forced {
-            self.kind = self.profiles.list.iter().position(|p| p.detect.iter().any(|r| r.is_match(&text)));
+            self.kind = self
+                .profiles
+                .list
+                .iter()
+                .position(|p| p.detect.iter().any(|r| r.is_match(&text)));
         }
         let generic = self.profiles.generic();
         let candidates: Vec<&Profile> = match self.kind {
@@ -223,8 +244,14 @@ mod tests {
         assert_eq!(clean("\x1b[32mINFO\x1b[0m hi"), "INFO hi");
         assert_eq!(clean("> main: couldn't bind"), "main: couldn't bind");
         assert_eq!(clean(">   | [2024] INFO: x"), "[2024] INFO: x");
-        assert_eq!(clean("sglang_service-1  | [2026-09-22 15:00:54] x"), "[2026-09-22 15:00:54] x");
-        assert_eq!(clean("Loading safetensors checkpoint shards:   0% Completed | 0/8"), "Loading safetensors checkpoint shards:   0% Completed | 0/8");
+        assert_eq!(
+            clean("sglang_service-1  | [2026-09-22 15:00:54] x"),
+            "[2026-09-22 15:00:54] x"
+        );
+        assert_eq!(
+            clean("Loading safetensors checkpoint shards:   0% Completed | 0/8"),
+            "Loading safetensors checkpoint shards:   0% Completed | 0/8"
+        );
     }
 
     #[test]

@@ -1,0 +1,51 @@
+//! Exit codes: one place, documented in the README.
+
+/// The server is ready (diagnose: the log proves it was ready).
+pub const READY: i32 = 0;
+/// An unexpected internal error in vigil itself.
+pub const INTERNAL: i32 = 1;
+/// Bad command line or input (unreadable file, bad profile, bad duration).
+pub const USAGE: i32 = 2;
+/// The server crashed (fatal marker or exit before ready, or an unrequested exit after ready).
+pub const CRASHED: i32 = 3;
+/// Alive but no progress for the phase's stall limit.
+pub const STALLED: i32 = 4;
+/// The overall --timeout passed while the server was still progressing.
+pub const TIMEOUT: i32 = 5;
+/// Ready earlier, then health failing while the process lives.
+pub const UNHEALTHY: i32 = 6;
+/// diagnose only: the log ends while the server is still starting.
+pub const STARTING: i32 = 7;
+/// vigil was interrupted (SIGINT / SIGTERM) before a verdict.
+pub const INTERRUPTED: i32 = 130;
+
+use vigil_core::Verdict;
+
+pub fn for_verdict(v: Verdict) -> i32 {
+    match v {
+        Verdict::Ready => READY,
+        Verdict::Crashed => CRASHED,
+        Verdict::Stalled => STALLED,
+        Verdict::Timeout => TIMEOUT,
+        Verdict::Unhealthy => UNHEALTHY,
+        Verdict::Starting => STARTING,
+    }
+}
+
+/// Severity order for several verdicts (diagnose of several files): the worst wins.
+pub fn worst(a: i32, b: i32) -> i32 {
+    let rank = |c: i32| match c {
+        READY => 0,
+        STARTING => 1,
+        UNHEALTHY => 2,
+        TIMEOUT => 3,
+        STALLED => 4,
+        CRASHED => 5,
+        _ => 6,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
+}

@@ -1,0 +1,160 @@
+//! Line sources for `wait`: a followed log file (may not exist yet; may be truncated in place or
+//! renamed and recreated), stdin, or a command's output (`kubectl logs -f`, `journalctl -fu`).
+
+use crate::lines::Splitter;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc::UnboundedSender;
+
+#[derive(Debug)]
+pub enum SourceMsg {
+    Line(String),
+    /// A note for the user (file appeared, rotated, command ended).
+    Note(String),
+}
+
+const POLL: Duration = Duration::from_millis(25);
+
+/// Follows a file by path. Reads from its start, then new data as it comes. Detects truncation
+/// (size below our offset: read again from 0) and replacement (another inode at the path: finish
+/// the old file, then read the new one from 0). Runs until the receiver is gone.
+pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
+    let mut file: Option<(std::fs::File, u64)> = None; // (file, inode)
+    let mut offset: u64 = 0;
+    let mut split = Splitter::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut waited_note = false;
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        if file.is_none() {
+            match std::fs::File::open(&path) {
+                Ok(f) => {
+                    let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
+                    if waited_note {
+                        let _ =
+                            tx.send(SourceMsg::Note(format!("log {} appeared", path.display())));
+                    }
+                    file = Some((f, ino));
+                    offset = 0;
+                }
+                Err(_) => {
+                    if !waited_note {
+                        let _ = tx.send(SourceMsg::Note(format!(
+                            "waiting for log {} to appear",
+                            path.display()
+                        )));
+                        waited_note = true;
+                    }
+                    tokio::time::sleep(POLL).await;
+                    continue;
+                }
+            }
+        }
+        let (f, ino) = file.as_mut().unwrap();
+        // Truncated in place?
+        if let Ok(m) = f.metadata() {
+            if m.len() < offset {
+                if let Some(l) = split.finish() {
+                    let _ = tx.send(SourceMsg::Line(l));
+                }
+                let _ = tx.send(SourceMsg::Note(
+                    "log truncated: reading it again from the start".into(),
+                ));
+                offset = 0;
+                let _ = f.seek(SeekFrom::Start(0));
+            }
+        }
+        let mut got_any = false;
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    got_any = true;
+                    offset += n as u64;
+                    split.push(&buf[..n], &mut |l| {
+                        let _ = tx.send(SourceMsg::Line(l));
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        if !got_any {
+            // At the end of the old file: has the path been replaced?
+            match std::fs::metadata(&path) {
+                Ok(m) if m.ino() != *ino => {
+                    if let Some(l) = split.finish() {
+                        let _ = tx.send(SourceMsg::Line(l));
+                    }
+                    let _ = tx.send(SourceMsg::Note(
+                        "log replaced (rotated): following the new file".into(),
+                    ));
+                    file = None;
+                    continue;
+                }
+                _ => {}
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// Reads any async stream (stdin, a child's pipe) into lines until EOF.
+pub async fn read_stream<R: tokio::io::AsyncRead + Unpin>(
+    mut r: R,
+    tx: UnboundedSender<SourceMsg>,
+) {
+    let mut split = Splitter::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => split.push(&buf[..n], &mut |l| {
+                let _ = tx.send(SourceMsg::Line(l));
+            }),
+        }
+    }
+    if let Some(l) = split.finish() {
+        let _ = tx.send(SourceMsg::Line(l));
+    }
+}
+
+/// Runs `sh -c CMD` and reads its stdout and stderr as log lines.
+pub fn spawn_log_cmd(
+    cmd: &str,
+    tx: UnboundedSender<SourceMsg>,
+) -> std::io::Result<tokio::process::Child> {
+    let mut child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    let tx2 = tx.clone();
+    tokio::spawn(read_stream(out, tx));
+    tokio::spawn(read_stream(err, tx2));
+    Ok(child)
+}
+
+/// Is the process alive? A zombie (exited, not yet reaped) is not alive.
+pub fn pid_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            // state is the field after the last ')' (the command name may contain spaces and parens)
+            let state = s
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,306 @@
+//! Reporters: a live status line on a TTY, plain lines otherwise, JSON lines with `--json`.
+//! Every string printed passes through the redactor: secret values never reach the output.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+use vigil_core::judge::fmt_ms;
+use vigil_core::{Event, Judge, Report, Verdict};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Tty,
+    Plain,
+    Json,
+    Quiet,
+}
+
+pub struct Reporter {
+    pub mode: Mode,
+    color: bool,
+    secrets: Vec<String>,
+    live_len: usize,
+    last_live: Option<Instant>,
+    last_heartbeat: Instant,
+    pub heartbeat_every: Duration,
+}
+
+pub fn is_tty(fd: i32) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+impl Reporter {
+    pub fn new(json: bool, quiet: bool) -> Reporter {
+        let mode = if json {
+            Mode::Json
+        } else if quiet {
+            Mode::Quiet
+        } else if is_tty(1) {
+            Mode::Tty
+        } else {
+            Mode::Plain
+        };
+        let color = mode == Mode::Tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        Reporter {
+            mode,
+            color,
+            secrets: Vec::new(),
+            live_len: 0,
+            last_live: None,
+            last_heartbeat: Instant::now(),
+            heartbeat_every: Duration::from_secs(60),
+        }
+    }
+
+    /// Values that must never be printed (API keys, tokens).
+    pub fn add_secret(&mut self, s: &str) {
+        if s.len() >= 4 {
+            self.secrets.push(s.to_string());
+        }
+    }
+
+    pub fn redact(&self, s: &str) -> String {
+        let mut out = s.to_string();
+        for sec in &self.secrets {
+            if out.contains(sec.as_str()) {
+                out = out.replace(sec.as_str(), "***");
+            }
+        }
+        out
+    }
+
+    fn clear_live(&mut self, o: &mut impl Write) {
+        if self.live_len > 0 {
+            let _ = write!(o, "\r\x1b[2K");
+            self.live_len = 0;
+        }
+    }
+
+    fn print(&mut self, s: &str) {
+        let s = self.redact(s);
+        let mut o = std::io::stdout().lock();
+        self.clear_live(&mut o);
+        let _ = writeln!(o, "{s}");
+        let _ = o.flush();
+    }
+
+    /// A plain output line (redacted; a closed stdout is not an error).
+    pub fn line(&mut self, s: &str) {
+        self.print(s);
+    }
+
+    pub fn json(&mut self, v: serde_json::Value) {
+        let s = self.redact(&v.to_string());
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "{s}");
+        let _ = o.flush();
+    }
+
+    fn paint(&self, s: &str, code: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+
+    pub fn note(&mut self, t_ms: u64, msg: &str) {
+        match self.mode {
+            Mode::Json => {
+                self.json(serde_json::json!({"event": "note", "t_ms": t_ms, "message": msg}))
+            }
+            Mode::Quiet => {}
+            _ => self.print(&format!("[{:>7}] {msg}", fmt_t(t_ms))),
+        }
+    }
+
+    /// `--echo`: a log line as read.
+    pub fn echo(&mut self, t_ms: u64, line: &str) {
+        match self.mode {
+            Mode::Json => {
+                self.json(serde_json::json!({"event": "line", "t_ms": t_ms, "text": line}))
+            }
+            _ => self.print(&format!("  | {line}")),
+        }
+    }
+
+    pub fn event(&mut self, t_ms: u64, ev: &Event) {
+        match (self.mode, ev) {
+            (_, Event::Verdict(_)) => {}
+            (Mode::Json, e) => {
+                let mut v = serde_json::to_value(e).unwrap_or_default();
+                if let Some(m) = v.as_object_mut() {
+                    m.insert("t_ms".into(), t_ms.into());
+                }
+                self.json(v);
+            }
+            (Mode::Quiet, _) => {}
+            (
+                _,
+                Event::Phase {
+                    phase,
+                    from,
+                    laggards,
+                    ..
+                },
+            ) => {
+                let mut s = format!(
+                    "[{:>7}] phase {} → {}",
+                    fmt_t(t_ms),
+                    from,
+                    self.paint(phase.as_str(), "1")
+                );
+                if !laggards.is_empty() {
+                    s.push_str(&format!("  (behind: {})", laggards.join(", ")));
+                }
+                self.print(&s);
+            }
+            (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) => {}
+        }
+    }
+
+    /// Refreshes the live status line (TTY) or prints a heartbeat at most once a `heartbeat_every` (plain).
+    pub fn live(&mut self, t_ms: u64, j: &Judge, server: Option<&str>, probe: Option<&str>) {
+        let mut s = format!("{} {}", server.unwrap_or("server"), j.phase());
+        if let Some(p) = j.progress() {
+            s.push_str(&format!(" {}/{}", p.k, p.n));
+            if let Some(d) = &p.detail {
+                s.push_str(&format!(" ({d})"));
+            }
+        }
+        if let Some(ms) = j.in_phase_ms() {
+            s.push_str(&format!(" · {} in phase", fmt_ms(ms)));
+        }
+        s.push_str(&format!(" · {} total", fmt_ms(t_ms)));
+        if let Some(p) = probe {
+            s.push_str(&format!(" · probe {p}"));
+        }
+        match self.mode {
+            Mode::Tty => {
+                if self
+                    .last_live
+                    .is_some_and(|t| t.elapsed() < Duration::from_millis(200))
+                {
+                    return;
+                }
+                self.last_live = Some(Instant::now());
+                let s = self.redact(&s);
+                let width = terminal_width().saturating_sub(1).max(20);
+                let shown: String = s.chars().take(width).collect();
+                let mut o = std::io::stdout().lock();
+                let _ = write!(o, "\r\x1b[2K{shown}");
+                let _ = o.flush();
+                self.live_len = shown.len();
+            }
+            Mode::Plain if self.last_heartbeat.elapsed() >= self.heartbeat_every => {
+                self.last_heartbeat = Instant::now();
+                self.print(&format!("[{:>7}] still {s}", fmt_t(t_ms)));
+            }
+            _ => {}
+        }
+    }
+
+    pub fn verdict(&mut self, t_ms: u64, r: &Report, file: Option<&str>) {
+        match self.mode {
+            Mode::Json => {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                if let Some(m) = v.as_object_mut() {
+                    m.insert("event".into(), "verdict".into());
+                    m.insert("t_ms".into(), t_ms.into());
+                    if let Some(f) = file {
+                        m.insert("file".into(), f.into());
+                    }
+                }
+                self.json(v);
+            }
+            _ => {
+                let text = summary(r, file, |s, c| self.paint(s, c));
+                if self.mode == Mode::Quiet {
+                    // one line only
+                    let first = text.lines().next().unwrap_or("").to_string();
+                    self.print(&first);
+                } else {
+                    self.print(&text);
+                }
+            }
+        }
+    }
+}
+
+/// Writes one line to stdout; a closed pipe is not an error.
+pub fn out_line(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{s}");
+}
+
+fn fmt_t(ms: u64) -> String {
+    format!("{:.2}s", ms as f64 / 1000.0)
+}
+
+fn terminal_width() -> usize {
+    // SAFETY: TIOCGWINSZ fills a winsize struct we own.
+    unsafe {
+        let mut ws: libc::winsize = std::mem::zeroed();
+        if libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) == 0 && ws.ws_col > 0 {
+            return ws.ws_col as usize;
+        }
+    }
+    100
+}
+
+/// The human summary of a verdict: one headline, then detail, hint, timeline, evidence.
+pub fn summary(r: &Report, file: Option<&str>, paint: impl Fn(&str, &str) -> String) -> String {
+    let word = r.verdict.as_str().to_uppercase();
+    let color = match r.verdict {
+        Verdict::Ready => "32",
+        Verdict::Starting => "33",
+        _ => "31",
+    };
+    let mut head = format!("vigil: {}", paint(&word, color));
+    if r.verdict != Verdict::Ready {
+        head.push_str(&format!(" in {}", r.phase));
+    }
+    if let Some(c) = r.cause {
+        head.push_str(&format!(" — cause {c}"));
+    }
+    if let Some(ms) = r.elapsed_ms {
+        head.push_str(&format!(" after {}", fmt_ms(ms)));
+    }
+    if let Some(s) = &r.server {
+        head.push_str(&format!(" ({s})"));
+    }
+    if let Some(f) = file {
+        head.push_str(&format!(" [{f}]"));
+    }
+    let mut out = vec![head];
+    if let Some(d) = &r.detail {
+        out.push(format!("  detail: {d}"));
+    }
+    if !r.laggards.is_empty() {
+        out.push(format!("  behind: {}", r.laggards.join(", ")));
+    }
+    if let Some(h) = &r.hint {
+        out.push(format!("  hint: {h}"));
+    }
+    let tl: Vec<String> = r
+        .timeline
+        .iter()
+        .map(|e| match e.duration_ms {
+            Some(d) => format!("{} {}", e.phase, fmt_ms(d)),
+            None => format!("{} ?", e.phase),
+        })
+        .collect();
+    out.push(format!("  timeline: {}", tl.join(" → ")));
+    if !r.evidence.is_empty() {
+        out.push("  evidence:".into());
+        for l in &r.evidence {
+            out.push(format!("    | {l}"));
+        }
+    } else if r.verdict != Verdict::Ready && !r.last_lines.is_empty() {
+        out.push("  last lines:".into());
+        for l in &r.last_lines {
+            out.push(format!("    | {l}"));
+        }
+    }
+    out.join("\n")
+}

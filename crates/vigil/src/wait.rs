@@ -69,7 +69,8 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
         ));
     }
     if let Some(pid) = a.pid {
-        if pid <= 0 || !follow::pid_alive(pid) {
+        // A process that already ended is fine when its log can still tell what happened.
+        if pid <= 0 || (!has_log && !follow::pid_alive(pid)) {
             return Err(CliError::usage(format!(
                 "--pid {pid}: no such live process"
             )));
@@ -162,7 +163,12 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
     let mut probe_task: Option<tokio::task::JoinHandle<ProbeResult>> = None;
     let mut last_probe: Option<(ProbeOutcome, String)> = None;
     let mut lines_open = has_log;
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    // An exit is judged only once the log has caught up (quiet for EXIT_DRAIN, at most EXIT_DRAIN_MAX):
+    // the last lines a dying server writes hold the cause.
+    const EXIT_DRAIN: Duration = Duration::from_millis(150);
+    const EXIT_DRAIN_MAX: Duration = Duration::from_secs(2);
+    let mut pending_exit: Option<(ExitInfo, Instant, Instant)> = None; // (exit, last line, first seen)
+    let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| CliError::Internal(format!("signal handler: {e}")))?;
@@ -180,6 +186,9 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
             }
             m = rx.recv(), if lines_open => match m {
                 Some(SourceMsg::Line(raw)) => {
+                    if let Some(p) = &mut pending_exit {
+                        p.1 = Instant::now();
+                    }
                     if a.echo {
                         rep.echo(ms(), &raw);
                     }
@@ -211,7 +220,12 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
                 }
             },
             Some(x) = exit_rx.recv() => {
-                events = judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) });
+                if has_log && lines_open {
+                    let now = Instant::now();
+                    pending_exit = Some((x, now, now));
+                } else {
+                    events = judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) });
+                }
             }
             r = async { match probe_task.as_mut() { Some(h) => h.await, None => std::future::pending().await } } => {
                 probe_task = None;
@@ -228,7 +242,15 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
                 next_probe = Instant::now() + every;
             }
             _ = tick.tick() => {
-                events = judge.feed(Fact { at: Some(ms()), input: Input::Tick });
+                let drained = pending_exit.as_ref().is_some_and(|(_, last, first)| {
+                    last.elapsed() >= EXIT_DRAIN || first.elapsed() >= EXIT_DRAIN_MAX || !lines_open
+                });
+                events = if drained {
+                    let (x, _, _) = pending_exit.take().unwrap();
+                    judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) })
+                } else {
+                    judge.feed(Fact { at: Some(ms()), input: Input::Tick })
+                };
             }
         }
         for ev in &events {

@@ -1,0 +1,214 @@
+//! Helpers shared by the end-to-end tests: the real llama-server and tiny models built by
+//! scripts/setup.sh, the vigil binary, ports, temp dirs, bounded waits.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Env {
+    pub server: PathBuf,
+    pub models: PathBuf,
+}
+
+/// The real llama-server and models. Missing: a failure under CI=true, a skip otherwise.
+pub fn env() -> Option<Env> {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let server = std::env::var("VIGIL_LLAMA_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(&home).join(".cache/vigil/llama-server-0.3.36/bin/llama-server")
+        });
+    let models = std::env::var("VIGIL_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/models-v2"));
+    if server.is_file() && models.join("tiny.gguf").is_file() {
+        return Some(Env { server, models });
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!(
+            "llama-server or models missing ({} / {}): run scripts/setup.sh",
+            server.display(),
+            models.display()
+        );
+    }
+    eprintln!("SKIP: llama-server not built (run scripts/setup.sh)");
+    None
+}
+
+pub fn vigil_bin() -> PathBuf {
+    std::env::var("VIGIL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_vigil")))
+}
+
+pub fn vigil() -> Command {
+    let mut c = Command::new(vigil_bin());
+    c.env_remove("NO_COLOR");
+    // keep user profiles out unless a test sets them
+    c.env("XDG_CONFIG_HOME", "/nonexistent-vigil-test");
+    c
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("vigil-test-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child killed (whole process) when the test ends, pass or fail.
+pub struct Guard(pub Child);
+
+impl Guard {
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the real llama-server with its stdout and stderr appended to `log` (like `>> log 2>&1`).
+pub fn start_server(e: &Env, model: &Path, port: u16, log: &Path, extra: &[&str]) -> Guard {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(&e.server)
+        .arg("-m")
+        .arg(model)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "-c",
+            "256",
+            "-t",
+            "1",
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .expect("start llama-server");
+    Guard(child)
+}
+
+/// A model path that is a FIFO: llama-server blocks opening it right after its `loading model`
+/// line, as on slow storage, and answers /health with 503 meanwhile. Stands in for a slow load.
+pub fn fifo_model(dir: &TempDir) -> PathBuf {
+    let p = dir.path("slow-storage.gguf");
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    p
+}
+
+/// Waits (bounded) until the file contains `needle`. Polls the file: the condition is the event.
+pub fn wait_for_text(path: &Path, needle: &str, deadline: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < deadline {
+        if std::fs::read_to_string(path)
+            .map(|s| s.contains(needle))
+            .unwrap_or(false)
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+/// Runs a command to completion with a deadline; kills it and fails the test past the deadline.
+pub fn run_bounded(mut c: Command, deadline: Duration) -> Output {
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+    let mut child = c.spawn().expect("spawn");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let te = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("command did not finish within {deadline:?}: {c:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: to.join().unwrap(),
+        stderr: te.join().unwrap(),
+    }
+}
+
+pub fn json_lines(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+pub fn verdict(v: &[serde_json::Value]) -> &serde_json::Value {
+    let last = v.last().expect("no output");
+    assert_eq!(
+        last["event"], "verdict",
+        "last line is not the verdict: {last}"
+    );
+    last
+}
+
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: sending a signal to a pid we started.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}

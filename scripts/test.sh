@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The test command (README and .ci/run call this): builds the real test server if needed (cached),
+# checks formatting and lints, runs every test, then runs the end-to-end tests again as an
+# unprivileged user (users are not root). Prints how many end-to-end tests ran.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(scripts/setup.sh | sed 's/^/export /')"
+echo "== llama-server: $VIGIL_LLAMA_SERVER"
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets -- -D warnings
+
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+echo "== tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast 2>&1 | tee "$LOG"
+  e2e=$(grep -cE '^\s+PASS .* e2e_' "$LOG" || true)
+else
+  cargo test --workspace --no-fail-fast 2>&1 | tee "$LOG"
+  e2e=$(grep -cE '^test e2e_.* ok$' "$LOG" || true)
+fi
+echo "== end-to-end tests run against the real llama-server (as $(id -un)): $e2e"
+
+# Again as an unprivileged user: processes, ports and files must work without root.
+if [ "$(id -u)" = 0 ]; then
+  U=vigil-ci
+  id "$U" >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/$U --shell /bin/sh "$U"
+  W=$(mktemp -d /tmp/vigil-unpriv.XXXXXX)
+  E2E=$(cargo test -p vigil --test e2e --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import sys,json
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="e2e" and m.get("executable"): print(m["executable"])' | tail -1)
+  mkdir -p "$W/models"
+  cp "$E2E" "$W/e2e"; cp target/debug/vigil "$W/vigil"; cp "$VIGIL_LLAMA_SERVER" "$W/llama-server"
+  cp "$VIGIL_MODELS"/*.gguf "$W/models/"
+  chmod -R a+rX "$W"; chown -R "$U" "$W"
+  echo "== end-to-end tests as unprivileged user $U"
+  runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/var/lib/$U" CI="${CI:-}" TMPDIR="$W" \
+    VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" \
+    "$W/e2e" --test-threads 2 2>&1 | tee "$LOG"
+  n=$(grep -cE '^test e2e_.* ok$' "$LOG" || true)
+  grep -qE '^test result: ok\.' "$LOG" || { echo "unprivileged end-to-end tests failed"; exit 1; }
+  rm -rf "$W"
+  echo "== end-to-end tests run as unprivileged user $U: $n"
+fi
+echo "== all tests passed"

@@ -104,8 +104,16 @@ fn truncate(s: &str, max: usize) -> &str {
 /// Removes ANSI colour, control characters and issue/compose quoting.
 pub fn clean(raw: &str) -> String {
     let raw = truncate(raw, MAX_MATCH_LEN);
-    let s = ansi_re().replace_all(raw, "");
+    let s = if raw.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+        ansi_re().replace_all(raw, "")
+    } else {
+        std::borrow::Cow::Borrowed(raw)
+    };
     let s = s.trim_end();
+    let first = s.as_bytes().first().copied().unwrap_or(b' ');
+    if first != b'>' && !s.contains(" | ") {
+        return s.to_string();
+    }
     match quote_re().find(s) {
         Some(m) => s[m.end()..].to_string(),
         None => s.to_string(),
@@ -121,11 +129,12 @@ struct Stripped<'a> {
 
 fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
     for pre in &p.prefixes {
-        if let Some(c) = pre.re.captures(s) {
-            let whole = c.get(0).unwrap();
-            if whole.start() != 0 || whole.end() == 0 {
-                continue;
-            }
+        // The fast engine finds the span; groups are then read from the (short) prefix only.
+        let Some(m) = pre.re.find(s) else { continue };
+        if m.start() != 0 || m.end() == 0 {
+            continue;
+        }
+        if let Some(c) = pre.re.captures(&s[..m.end()]) {
             let stamp = match (c.name("ts"), pre.time) {
                 (Some(t), Some(f)) => f.parse(t.as_str()),
                 _ => None,
@@ -139,7 +148,7 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
                 .map(|l| l.as_str().trim().to_string())
                 .filter(|l| !l.is_empty());
             return Some(Stripped {
-                message: &s[whole.end()..],
+                message: &s[m.end()..],
                 rank,
                 level,
                 stamp,
@@ -150,13 +159,18 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
 }
 
 fn match_rules(p: &Profile, message: &str) -> Option<Hit> {
-    p.rules
-        .iter()
-        .find_map(|r| r.re.captures(message).map(|c| hit(r, &c)))
+    // One pass over all patterns; groups are read only for the winning rule, and only if it has any.
+    let i = p.rule_set.matches(message).iter().next()?;
+    let r = &p.rules[i];
+    if r.re.captures_len() == 1 {
+        return Some(hit(r, None));
+    }
+    r.re.captures(message).map(|c| hit(r, Some(&c)))
 }
 
-fn hit(r: &Rule, c: &regex::Captures) -> Hit {
-    let num = |n: &str| c.name(n).and_then(|m| m.as_str().parse::<u64>().ok());
+fn hit(r: &Rule, c: Option<&regex::Captures>) -> Hit {
+    let group = |n: &str| c.and_then(|c| c.name(n)).map(|m| m.as_str());
+    let num = |n: &str| group(n).and_then(|m| m.parse::<u64>().ok());
     Hit {
         profile: r.profile.clone(),
         rule: r.name.clone(),
@@ -169,7 +183,7 @@ fn hit(r: &Rule, c: &regex::Captures) -> Hit {
         force: r.force,
         k: num("k"),
         n: num("n"),
-        detail: c.name("detail").map(|m| m.as_str().to_string()),
+        detail: group("detail").map(String::from),
         source: r.source.clone(),
     }
 }

@@ -7,7 +7,7 @@
 
 use crate::time::TsFormat;
 use crate::types::{Cause, Phase};
-use regex::Regex;
+use regex::{Regex, RegexSet};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -150,6 +150,8 @@ pub struct Profile {
     pub stall_secs: BTreeMap<Phase, u64>,
     pub prefixes: Vec<Prefix>,
     pub rules: Vec<Rule>,
+    /// All rule patterns in one set: one pass finds the first matching rule.
+    pub rule_set: RegexSet,
 }
 
 #[derive(Debug)]
@@ -199,7 +201,14 @@ impl Profile {
             stall_secs: BTreeMap::new(),
             prefixes: vec![],
             rules: vec![],
+            rule_set: RegexSet::empty(),
         }
+    }
+
+    fn build_set(&mut self) -> Result<(), ProfileError> {
+        self.rule_set = RegexSet::new(self.rules.iter().map(|r| r.re.as_str()))
+            .map_err(|e| ProfileError(format!("profile {}: {e}", self.name)))?;
+        Ok(())
     }
 
     /// Merges a parsed file into this profile. `front` puts the file's rules before the existing ones.
@@ -310,7 +319,7 @@ impl Profile {
         }
         self.prefixes = prefixes;
         self.rules = rules;
-        Ok(())
+        self.build_set()
     }
 
     pub fn stall_limit_secs(&self, p: Phase) -> u64 {

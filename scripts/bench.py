@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""vigil benchmarks against the real llama-server. Prints a markdown table.
+
+Scenarios (release build, N runs each):
+  ready-lag   : time from the first 200 on /health (an independent 1 ms prober marks it) to vigil's exit.
+                The server is SIGSTOPped at spawn and continued 300 ms later so the start is a window.
+  crash-time  : a server dying on a truncated model; time from its exit (harness waitpid) to vigil's exit.
+  diagnose-rss: peak RSS and wall time of `vigil diagnose` on a >= 1 GB log.
+Usage: scripts/bench.py [--runs N] [--gb G]   (after scripts/setup.sh and cargo build --release)
+"""
+import argparse, os, resource, signal, socket, statistics, subprocess, sys, tempfile, threading, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VIGIL = os.path.join(ROOT, "target/release/vigil")
+HOME = os.path.expanduser("~")
+SERVER = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server-0.3.36/bin/llama-server")
+MODELS = os.environ.get("VIGIL_MODELS", f"{HOME}/.cache/vigil/models-v2")
+
+
+def free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+
+
+def health_ok(port):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=0.2)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = s.recv(64); s.close()
+        return data.startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def prober(port, stop, out):
+    while not stop.is_set():
+        if health_ok(port):
+            out.append(time.monotonic()); return
+        time.sleep(0.001)
+
+
+def ready_lag(with_log, d):
+    port = free_port(); log = os.path.join(d, f"r{port}.log")
+    f = open(log, "ab")
+    srv = subprocess.Popen([SERVER, "-m", f"{MODELS}/tiny.gguf", "--host", "127.0.0.1", "--port", str(port), "-c", "256"],
+                           stdout=f, stderr=f)
+    os.kill(srv.pid, signal.SIGSTOP)
+    args = [VIGIL, "wait", "-q", "--url", f"http://127.0.0.1:{port}/health", "--timeout", "30s"]
+    if with_log:
+        args += ["--log", log]
+    v = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+    stop = threading.Event(); first = []
+    th = threading.Thread(target=prober, args=(port, stop, first)); th.start()
+    time.sleep(0.3)
+    os.kill(srv.pid, signal.SIGCONT)
+    v.wait(); t_exit = time.monotonic()
+    th.join(5); stop.set()
+    srv.kill(); srv.wait(); f.close()
+    assert v.returncode == 0 and first, (v.returncode, first)
+    return (t_exit - first[0]) * 1000
+
+
+def crash_time(with_log, d):
+    port = free_port(); log = os.path.join(d, f"c{port}.log")
+    f = open(log, "ab")
+    srv = subprocess.Popen([SERVER, "-m", f"{MODELS}/truncated.gguf", "--host", "127.0.0.1", "--port", str(port)],
+                           stdout=f, stderr=f)
+    os.kill(srv.pid, signal.SIGSTOP)
+    args = [VIGIL, "wait", "-q", "--pid", str(srv.pid), "--url", f"http://127.0.0.1:{port}/health", "--timeout", "30s"]
+    if with_log:
+        args += ["--log", log]
+    v = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+    time.sleep(0.3)
+    os.kill(srv.pid, signal.SIGCONT)
+    srv.wait(); t_dead = time.monotonic()
+    v.wait(); t_exit = time.monotonic()
+    f.close()
+    assert v.returncode == 3, v.returncode
+    return (t_exit - t_dead) * 1000
+
+
+def big_log(path, gb):
+    block = []
+    for i in range(2000):
+        block.append(f"[2025-01-01 00:00:{i % 60:02d} TP{i % 8}] Decode batch. #running-req: 12, #token: 3411, token usage: 0.02, gen throughput (token/s): 812.3\n")
+        block.append(f"Capturing batches (bs={i % 160} avail_mem=38.07 GB):  50%|#####     | {i % 52}/52 [00:04<00:04, 10.83it/s]\r")
+    block = "".join(block).encode()
+    head = b"[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=70.00 GB\n"
+    with open(path, "wb") as f:
+        f.write(head)
+        n = 0
+        while n < gb * (1 << 30):
+            f.write(block); n += len(block)
+        f.write(b"[2025-01-01 00:10:00 TP0] Capture cuda graph end. Time elapsed: 12.1 s\n")
+    return os.path.getsize(path)
+
+
+def diagnose_rss(path):
+    t0 = time.monotonic()
+    p = subprocess.run([VIGIL, "diagnose", "-q", path], stdout=subprocess.PIPE)
+    dt = time.monotonic() - t0
+    kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return dt, kb, p.stdout.decode().strip()
+
+
+def row(name, xs):
+    return f"| {name} | {len(xs)} | {statistics.median(xs):.1f} | {max(xs):.1f} |"
+
+
+def main():
+    ap = argparse.ArgumentParser(); ap.add_argument("--runs", type=int, default=20); ap.add_argument("--gb", type=float, default=1.0)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        print("| scenario | runs | median ms | max ms |\n|---|---|---|---|")
+        for name, fn, wl in [("ready lag after first 200, with --log", ready_lag, True),
+                             ("ready lag after first 200, --url only", ready_lag, False),
+                             ("crash verdict after exit, with --log", crash_time, True),
+                             ("crash verdict after exit, --pid/--url only", crash_time, False)]:
+            print(row(name, [fn(wl, d) for _ in range(a.runs)]), flush=True)
+        path = os.path.join(d, "big.log")
+        size = big_log(path, a.gb)
+        dt, kb, out = diagnose_rss(path)
+        print(f"\ndiagnose on a {size / (1 << 30):.2f} GiB log: {dt:.1f} s wall, {size / (1 << 20) / dt:.0f} MiB/s, peak RSS {kb / 1024:.1f} MiB")
+        print(f"verdict: {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

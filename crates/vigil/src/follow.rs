@@ -158,3 +158,50 @@ pub fn pid_alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// The command line of a process (`/proc/PID/cmdline`), if readable.
+pub fn cmdline(pid: i32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let v: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    (!v.is_empty()).then_some(v)
+}
+
+/// The value of `--flag V` or `--flag=V` in an argument list.
+pub fn arg_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let eq = format!("{flag}=");
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == flag {
+            args.get(i + 1).map(|s| s.as_str())
+        } else {
+            a.strip_prefix(eq.as_str())
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arg_values() {
+        let a: Vec<String> = ["x", "--port", "30000", "--node-rank=1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(arg_value(&a, "--port"), Some("30000"));
+        assert_eq!(arg_value(&a, "--node-rank"), Some("1"));
+        assert_eq!(arg_value(&a, "--tp"), None);
+    }
+
+    #[test]
+    fn own_cmdline_and_liveness() {
+        let me = std::process::id() as i32;
+        assert!(pid_alive(me));
+        assert!(cmdline(me).is_some());
+        assert!(!pid_alive(i32::MAX));
+    }
+}

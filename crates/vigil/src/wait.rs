@@ -54,12 +54,28 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
     };
 
     let has_log = a.log.is_some() || a.log_cmd.is_some();
-    let forced = a.server.as_ref().and_then(|s| profiles.get(s)).cloned();
+    // The command line of --pid names the server kind, its port, and (SGLang) its node rank.
+    let argv = a.pid.and_then(follow::cmdline).unwrap_or_default();
+    let server_name = a
+        .server
+        .clone()
+        .or_else(|| profiles.detect_cmd(&argv).map(String::from));
+    let forced = server_name.as_ref().and_then(|s| profiles.get(s)).cloned();
+    // SGLang nodes with --node-rank >= 1 serve a dummy /health that is always 200: never proof of readiness.
+    let dummy_health = forced.as_ref().is_some_and(|p| p.name == "sglang")
+        && follow::arg_value(&argv, "--node-rank")
+            .and_then(|v| v.parse::<u32>().ok())
+            .is_some_and(|r| r >= 1);
+    let cmd_port = follow::arg_value(&argv, "--port").and_then(|p| p.parse::<u16>().ok());
     let target = match (&a.url, &forced) {
         (Some(u), _) => Some(Target::parse(u).map_err(CliError::usage)?),
         (None, Some(p)) if !has_log => Some(
-            Target::parse(&format!("http://127.0.0.1:{}{}", p.port, p.health_path))
-                .map_err(CliError::usage)?,
+            Target::parse(&format!(
+                "http://127.0.0.1:{}{}",
+                cmd_port.unwrap_or(p.port),
+                p.health_path
+            ))
+            .map_err(CliError::usage)?,
         ),
         _ => None,
     };
@@ -96,7 +112,7 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
         cfg.stall_ms.insert(p, v);
     }
     let mut judge = Judge::new(cfg);
-    let mut classifier = Classifier::new(&profiles, a.server.as_deref());
+    let mut classifier = Classifier::new(&profiles, server_name.as_deref());
     let mut server: Option<String> = forced.as_ref().map(|p| p.name.clone());
     if let Some(s) = &server {
         judge.set_server(s);
@@ -139,6 +155,9 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
         });
     }
 
+    if dummy_health {
+        rep.note(0, "SGLang --node-rank >= 1: its /health is a dummy that always answers 200; readiness comes from the log only");
+    }
     if rep.mode == crate::report::Mode::Json {
         let mut start = serde_json::json!({"event": "start", "t_ms": 0});
         if let Some(t) = &target {
@@ -237,7 +256,12 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
                     }
                     last_probe = Some(key);
                 }
-                events = judge.feed(Fact { at: Some(ms()), input: Input::Probe(r.outcome) });
+                let outcome = if dummy_health && r.outcome == ProbeOutcome::Ok {
+                    ProbeOutcome::NotReady
+                } else {
+                    r.outcome
+                };
+                events = judge.feed(Fact { at: Some(ms()), input: Input::Probe(outcome) });
                 let every = if !has_log || log_says_up { a.interval } else { rare };
                 next_probe = Instant::now() + every;
             }

@@ -519,3 +519,33 @@ fn e2e_user_profile_changes_verdict_on_real_log() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("bogus"), "{err}");
 }
+
+/// `wait --pid` alone: the server kind and port come from the process's command line.
+#[test]
+fn e2e_wait_pid_alone_reads_kind_and_port_from_cmdline() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("cmdline");
+    let port = free_port();
+    let log = d.path("server.log");
+    let s = start_server(&e, &e.models.join("tiny.gguf"), port, &log, &[]);
+    let mut c = vigil();
+    c.args([
+        "wait",
+        "--json",
+        "--interval",
+        "100ms",
+        "--pid",
+        &s.pid().to_string(),
+    ]);
+    let o = run_bounded(c, T);
+    let v = json_lines(&o);
+    assert_eq!(
+        v[0]["url"],
+        format!("http://127.0.0.1:{port}/health"),
+        "{}",
+        v[0]
+    );
+    assert_eq!(v[0]["server"], "llama-cpp");
+    assert_eq!(verdict(&v)["verdict"], "ready");
+    assert_eq!(o.status.code(), Some(0));
+}

@@ -23,6 +23,8 @@ else
   e2e=$(grep -cE '^test e2e_.* ok$' "$LOG" || true)
 fi
 echo "== end-to-end tests run against the real llama-server (as $(id -un)): $e2e"
+echo "== corpus score table"
+cargo test -q -p vigil-core --test corpus corpus_matches -- --nocapture 2>&1 | grep -vE '^(running|test result|$)'
 
 # Again as an unprivileged user: processes, ports and files must work without root.
 if [ "$(id -u)" = 0 ]; then

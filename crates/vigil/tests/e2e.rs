@@ -549,3 +549,38 @@ fn e2e_wait_pid_alone_reads_kind_and_port_from_cmdline() {
     assert_eq!(verdict(&v)["verdict"], "ready");
     assert_eq!(o.status.code(), Some(0));
 }
+
+/// The log through a command (`--log-cmd`, as with `kubectl logs -f`) and through stdin (`--log -`).
+#[test]
+fn e2e_log_cmd_and_stdin() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("logcmd");
+    let port = free_port();
+    let log = d.path("server.log");
+    let _s = start_server(&e, &e.models.join("tiny.gguf"), port, &log, &[]);
+    let mut c = vigil();
+    c.args([
+        "wait",
+        "--json",
+        "--log-cmd",
+        &format!("tail -n +1 -F {}", log.display()),
+    ]);
+    // no --url: the command's output alone must prove readiness
+    let o = run_bounded(c, T);
+    let v = json_lines(&o);
+    assert_eq!(verdict(&v)["verdict"], "ready");
+    assert!(
+        v.iter()
+            .any(|x| x["event"] == "detected" && x["server"] == "llama-cpp"),
+        "kind detected from the command's output"
+    );
+    // stdin: the whole log piped in; the log alone decides
+    assert!(wait_for_text(&log, "listening on", T));
+    let mut c = vigil();
+    c.args(["wait", "--json", "--log", "-"])
+        .stdin(std::fs::File::open(&log).unwrap());
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let o = c.output().unwrap();
+    let v = json_lines(&o);
+    assert_eq!(verdict(&v)["verdict"], "ready", "{v:?}");
+}

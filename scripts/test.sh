@@ -31,21 +31,25 @@ if [ "$(id -u)" = 0 ]; then
   U=vigil-ci
   id "$U" >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/$U --shell /bin/sh "$U"
   W=$(mktemp -d /tmp/vigil-unpriv.XXXXXX)
-  E2E=$(cargo test -p vigil --test e2e --no-run --message-format=json 2>/dev/null \
+  BINS=$(cargo test -p vigil --test e2e --test supervise --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="e2e" and m.get("executable"): print(m["executable"])' | tail -1)
-  mkdir -p "$W/models"
-  cp "$E2E" "$W/e2e"; cp target/debug/vigil "$W/vigil"; cp "$VIGIL_LLAMA_SERVER" "$W/llama-server"
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise") and m.get("executable"): print(m["target"]["name"], m["executable"])')
+  mkdir -p "$W/models" "$W/home"
+  cp target/debug/vigil "$W/vigil"; cp "$VIGIL_LLAMA_SERVER" "$W/llama-server"
   cp "$VIGIL_MODELS"/*.gguf "$W/models/"
+  echo "$BINS" | while read -r t exe; do cp "$exe" "$W/$t"; done
   chmod -R a+rX "$W"; chown -R "$U" "$W"
-  echo "== end-to-end tests as unprivileged user $U"
-  runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/var/lib/$U" CI="${CI:-}" TMPDIR="$W" \
-    VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" \
-    "$W/e2e" --test-threads 2 2>&1 | tee "$LOG"
-  n=$(grep -cE '^test e2e_.* ok$' "$LOG" || true)
-  grep -qE '^test result: ok\.' "$LOG" || { echo "unprivileged end-to-end tests failed"; exit 1; }
+  n=0
+  for t in e2e supervise; do
+    echo "== end-to-end tests ($t) as unprivileged user $U"
+    runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/var/lib/$U" CI="${CI:-}" TMPDIR="$W" \
+      VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" \
+      "$W/$t" --test-threads 2 2>&1 | tee "$LOG"
+    grep -qE '^test result: ok\.' "$LOG" || { echo "unprivileged end-to-end tests ($t) failed"; exit 1; }
+    n=$((n + $(grep -cE '^test e2e_.* ok$' "$LOG" || true)))
+  done
   rm -rf "$W"
   echo "== end-to-end tests run as unprivileged user $U: $n"
 fi

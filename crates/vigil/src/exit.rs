@@ -16,6 +16,10 @@ pub const TIMEOUT: i32 = 5;
 pub const UNHEALTHY: i32 = 6;
 /// diagnose only: the log ends while the server is still starting.
 pub const STARTING: i32 = 7;
+/// `up` refused to launch (port taken, earlier run alive).
+pub const REFUSED: i32 = 8;
+/// `down`: some process of the tree would not die (named in the output).
+pub const NOT_STOPPED: i32 = 9;
 /// vigil was interrupted (SIGINT / SIGTERM) before a verdict.
 pub const INTERRUPTED: i32 = 130;
 

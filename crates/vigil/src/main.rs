@@ -4,10 +4,47 @@ mod cli;
 mod diagnose;
 mod exit;
 mod follow;
+mod keeper;
 mod lines;
 mod probe;
+mod procs;
 mod report;
+mod run;
+mod up;
 mod wait;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM are counted, not fatal, while vigil watches: the first stops the server (or
+/// ends the wait), a second one during a stop kills at once.
+fn install_interrupt_handlers() {
+    // SAFETY: the handler only touches an atomic.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_interrupt as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
+    }
+}
+
+pub fn interrupts() -> usize {
+    INTERRUPTS.load(Ordering::SeqCst)
+}
+
+/// Resolves once an interrupt arrives after `base` was read.
+pub async fn next_interrupt(base: usize) {
+    while interrupts() <= base {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
 
 use clap::{Parser, Subcommand};
 use cli::{check_server, load_profiles, parse_duration, CliError};
@@ -46,8 +83,11 @@ enum Cmd {
         #[arg(long, value_name = "KIND")]
         server: Option<String>,
     },
-    /// Attach to a server started elsewhere and wait for a verdict.
+    /// Attach to a server started elsewhere (or a run of `vigil up`, by NAME) and wait for a verdict.
     Wait {
+        /// A run started with `vigil up` (reads its log, pid and URL from the run directory).
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
         /// Health URL to probe (http://HOST:PORT/PATH).
         #[arg(long)]
         url: Option<String>,
@@ -88,6 +128,144 @@ enum Cmd {
     },
     /// List the server profiles (built-in and user).
     Profiles,
+    /// Launch a server under a keeper and watch it until a verdict.
+    Up {
+        #[command(flatten)]
+        up: UpFlags,
+        /// The server command.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
+    /// Stop a run's whole process tree and prove nothing is left.
+    Down {
+        #[arg(value_name = "NAME")]
+        names: Vec<String>,
+        #[arg(long)]
+        all: bool,
+        /// A server tree vigil did not start (see `vigil ps`).
+        #[arg(long)]
+        pid: Option<i32>,
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        grace: std::time::Duration,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One line per run: server, phase or verdict, time in it, port, pid, log age.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run's log (secrets redacted).
+    Logs {
+        name: String,
+        #[arg(short = 'f', long)]
+        follow: bool,
+        #[arg(short = 'n', long, default_value_t = 50)]
+        lines: usize,
+    },
+    /// Stop a run and start it again: same command, working directory and environment.
+    Restart {
+        #[arg(id = "run_name", value_name = "NAME")]
+        name: String,
+        #[command(flatten)]
+        up: UpFlags,
+    },
+    /// Inference servers on this machine that vigil did not start.
+    Ps {
+        #[arg(long)]
+        json: bool,
+    },
+    #[command(name = "__keeper", hide = true)]
+    Keeper { dir: PathBuf },
+}
+
+#[derive(clap::Args)]
+struct UpFlags {
+    /// Run name (default: the server kind or the program name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Return at the verdict and leave the server running.
+    #[arg(long)]
+    detach: bool,
+    /// On Ctrl-C, leave the server running.
+    #[arg(long)]
+    keep: bool,
+    /// Stop an earlier run of the same name first.
+    #[arg(long)]
+    replace: bool,
+    /// Extra environment for the server (KEY=VALUE, repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    #[arg(long, value_name = "FILE")]
+    env_file: Option<PathBuf>,
+    #[arg(long, value_name = "KIND")]
+    server: Option<String>,
+    /// Grace period between SIGTERM and SIGKILL when stopping.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    grace: std::time::Duration,
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+    #[arg(long, value_name = "[PHASE=]DUR")]
+    stall: Vec<String>,
+    /// Rotate the run log at this size (bytes; suffixes k, m).
+    #[arg(long, default_value = "64m", value_parser = parse_size)]
+    log_max_size: u64,
+    /// Do not probe the health URL: the log alone proves readiness.
+    #[arg(long)]
+    no_probe: bool,
+    /// Rotated run logs kept (server.log.1 … .N).
+    #[arg(long, default_value_t = 3)]
+    log_keep: u32,
+    #[arg(long)]
+    json: bool,
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+impl UpFlags {
+    fn into_args(self, cmd: Vec<String>) -> up::UpArgs {
+        up::UpArgs {
+            name: self.name,
+            detach: self.detach,
+            keep: self.keep,
+            replace: self.replace,
+            env: self.env,
+            env_file: self.env_file,
+            server: self.server,
+            grace: self.grace,
+            timeout: self.timeout,
+            stall: self.stall,
+            json: self.json,
+            quiet: self.quiet,
+            log_max_bytes: self.log_max_size,
+            log_keep: self.log_keep,
+            no_probe: self.no_probe,
+            cmd,
+        }
+    }
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (n, m) = if let Some(n) = t.strip_suffix('k') {
+        (n, 1u64 << 10)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 1 << 20)
+    } else if let Some(n) = t.strip_suffix('g') {
+        (n, 1 << 30)
+    } else {
+        (t.as_str(), 1)
+    };
+    n.parse::<u64>()
+        .map(|v| v * m)
+        .map_err(|_| format!("bad size '{s}' (e.g. 64m, 512k)"))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Internal(format!("runtime: {e}")))
 }
 
 fn main() {
@@ -107,6 +285,15 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<i32, CliError> {
+    if let Cmd::Keeper { dir } = cli.cmd {
+        return Ok(keeper::main(dir));
+    }
+    if !matches!(
+        cli.cmd,
+        Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. }
+    ) {
+        install_interrupt_handlers();
+    }
     let profiles = load_profiles(&cli.profiles)?;
     match cli.cmd {
         Cmd::Diagnose {
@@ -129,6 +316,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             )
         }
         Cmd::Wait {
+            name,
             url,
             log,
             log_cmd,
@@ -147,11 +335,33 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             if interval.is_zero() {
                 return Err(CliError::usage("--interval must be above zero"));
             }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| CliError::Internal(format!("runtime: {e}")))?;
-            rt.block_on(wait::run(
+            let rt = runtime()?;
+            // `wait NAME`: a run of `vigil up`, read from its run directory
+            let (mut log, mut pid, mut url, mut server) = (log, pid, url, server);
+            let mut exit_state = None;
+            let mut secrets = Vec::new();
+            if let Some(n) = &name {
+                let (dir, rec) = run::load(n)?;
+                let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
+                log = log.or(Some(rec.log.clone()));
+                pid = pid.or(st.server_pid);
+                server = server.or(rec.server.clone());
+                if url.is_none() {
+                    if let (Some(p), Some(pr)) =
+                        (rec.port, rec.server.as_ref().and_then(|k| profiles.get(k)))
+                    {
+                        url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
+                    }
+                }
+                exit_state = Some(dir.join("state.json"));
+                if let Some(s) = run::secrets_path(n)
+                    .ok()
+                    .and_then(|p| run::read_json::<run::Secrets>(&p))
+                {
+                    secrets = run::secret_values(&s);
+                }
+            }
+            let out = rt.block_on(wait::run(
                 wait::Args {
                     url,
                     log,
@@ -166,10 +376,35 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                     json,
                     quiet,
                     echo,
+                    exit_state,
+                    secrets,
                 },
                 profiles,
-            ))
+            ))?;
+            Ok(out.code)
         }
+        Cmd::Up { up: f, cmd } => {
+            check_server(&profiles, &f.server)?;
+            runtime()?.block_on(up::up(f.into_args(cmd), profiles))
+        }
+        Cmd::Restart { name, up: f } => {
+            runtime()?.block_on(up::restart(&name, f.into_args(vec![]), profiles))
+        }
+        Cmd::Down {
+            names,
+            all,
+            pid,
+            grace,
+            json,
+        } => up::down(names, all, pid, grace, json),
+        Cmd::Status { json } => up::status(json, &profiles),
+        Cmd::Logs {
+            name,
+            follow,
+            lines,
+        } => up::logs(&name, follow, lines),
+        Cmd::Ps { json } => up::ps(json),
+        Cmd::Keeper { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
             for p in &profiles.list {
                 crate::report::out_line(&format!(

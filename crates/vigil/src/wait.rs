@@ -30,12 +30,25 @@ pub struct Args {
     pub json: bool,
     pub quiet: bool,
     pub echo: bool,
+    /// A run's state.json: the keeper records the server's exit status there (we are not its parent).
+    pub exit_state: Option<PathBuf>,
+    /// Values never to print (a run's secrets).
+    pub secrets: Vec<String>,
 }
 
-pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
+/// How `wait` ended: the exit code and, when a verdict was reached, its report.
+pub struct Outcome {
+    pub code: i32,
+    pub report: Option<vigil_core::Report>,
+}
+
+pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let t0 = Instant::now();
     let ms = move || t0.elapsed().as_millis() as u64;
     let mut rep = Reporter::new(a.json, a.quiet);
+    for s in &a.secrets {
+        rep.add_secret(s);
+    }
 
     let bearer = match &a.api_key_env {
         Some(var) => {
@@ -140,14 +153,11 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
     drop(tx);
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<ExitInfo>();
     if let Some(pid) = a.pid {
+        let state_path = a.exit_state.clone();
         tokio::spawn(async move {
             loop {
                 if !follow::pid_alive(pid) {
-                    let _ = exit_tx.send(ExitInfo {
-                        code: None,
-                        signal: None,
-                        ours: false,
-                    });
+                    let _ = exit_tx.send(exit_info(state_path.as_deref()).await);
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -189,19 +199,14 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
     let mut pending_exit: Option<(ExitInfo, Instant, Instant)> = None; // (exit, last line, first seen)
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| CliError::Internal(format!("signal handler: {e}")))?;
+    let interrupt_base = crate::interrupts();
 
     loop {
         let mut events: Vec<Event> = Vec::new();
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {
+            _ = crate::next_interrupt(interrupt_base) => {
                 rep.note(ms(), "interrupted before a verdict");
-                return Ok(exit::INTERRUPTED);
-            }
-            _ = sigterm.recv() => {
-                rep.note(ms(), "terminated before a verdict");
-                return Ok(exit::INTERRUPTED);
+                return Ok(Outcome { code: exit::INTERRUPTED, report: None });
             }
             m = rx.recv(), if lines_open => match m {
                 Some(SourceMsg::Line(raw)) => {
@@ -289,12 +294,18 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
                 h.abort();
             }
             rep.verdict(ms(), r, None);
-            return Ok(exit::for_verdict(r.verdict));
+            return Ok(Outcome {
+                code: exit::for_verdict(r.verdict),
+                report: Some((**r).clone()),
+            });
         }
         if judge.state() != Verdict::Starting {
             let r = judge.final_report();
             rep.verdict(ms(), &r, None);
-            return Ok(exit::for_verdict(r.verdict));
+            return Ok(Outcome {
+                code: exit::for_verdict(r.verdict),
+                report: Some(r),
+            });
         }
         if let Some(t) = &target {
             if probe_task.is_none() && (probe_asap || Instant::now() >= next_probe) {
@@ -309,5 +320,29 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<i32, CliError> {
         }
         let probe_txt = last_probe.as_ref().map(|(_, n)| n.as_str());
         rep.live(ms(), &judge, server.as_deref(), probe_txt);
+    }
+}
+
+/// The exit status of a process that died: from the keeper's state.json when it is a run of ours
+/// (the keeper reaps it and records code and signal), else unknown (not our child).
+async fn exit_info(state: Option<&std::path::Path>) -> ExitInfo {
+    if let Some(p) = state {
+        for _ in 0..50 {
+            if let Some(st) = crate::run::read_json::<crate::run::State>(p) {
+                if !st.running && (st.exit_code.is_some() || st.exit_signal.is_some()) {
+                    return ExitInfo {
+                        code: st.exit_code,
+                        signal: st.exit_signal,
+                        ours: true,
+                    };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    ExitInfo {
+        code: None,
+        signal: None,
+        ours: false,
     }
 }

@@ -1,0 +1,311 @@
+//! Process facts from /proc: the tree under a pid, command lines, ages, listening ports and their
+//! holders, and stopping a tree with proof (SIGTERM, grace, SIGKILL, then verify nothing is left).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub comm: String,
+    pub state: char,
+    /// Start time in clock ticks after boot.
+    pub start_ticks: u64,
+}
+
+pub fn read_proc(pid: i32) -> Option<Proc> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let comm = s[open + 1..close].to_string();
+    let rest: Vec<&str> = s[close + 1..].split_whitespace().collect();
+    // rest[0]=state rest[1]=ppid ... rest[19]=starttime
+    Some(Proc {
+        pid,
+        ppid: rest.get(1)?.parse().ok()?,
+        comm,
+        state: rest.first()?.chars().next()?,
+        start_ticks: rest.get(19)?.parse().ok()?,
+    })
+}
+
+pub fn all_procs() -> Vec<Proc> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(read_proc)
+        .collect()
+}
+
+/// Live (non-zombie) descendants of `root`, not including it.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let procs = all_procs();
+    let mut kids: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for p in &procs {
+        if p.state != 'Z' && p.state != 'X' {
+            kids.entry(p.ppid).or_default().push(p.pid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    let mut seen = BTreeSet::new();
+    while let Some(p) = stack.pop() {
+        for &c in kids.get(&p).map(|v| v.as_slice()).unwrap_or(&[]) {
+            if seen.insert(c) {
+                out.push(c);
+                stack.push(c);
+            }
+        }
+    }
+    out
+}
+
+pub fn alive(pid: i32) -> bool {
+    crate::follow::pid_alive(pid)
+}
+
+/// Seconds since the process started.
+pub fn age_secs(p: &Proc) -> Option<u64> {
+    let up: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf is always safe to call.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some((up - p.start_ticks as f64 / hz).max(0.0) as u64)
+}
+
+/// Listening TCP ports → socket inode.
+fn listening() -> Vec<(u16, u64)> {
+    let mut out = Vec::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(s) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for l in s.lines().skip(1) {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            if cols.len() < 10 || cols[3] != "0A" {
+                continue;
+            }
+            let Some(port) = cols[1]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+            else {
+                continue;
+            };
+            if let Ok(ino) = cols[9].parse::<u64>() {
+                out.push((port, ino));
+            }
+        }
+    }
+    out
+}
+
+fn socket_inodes(pid: i32) -> BTreeSet<u64> {
+    let mut out = BTreeSet::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in rd.flatten() {
+            if let Ok(t) = std::fs::read_link(e.path()) {
+                let t = t.to_string_lossy();
+                if let Some(n) = t.strip_prefix("socket:[").and_then(|x| x.strip_suffix(']')) {
+                    if let Ok(n) = n.parse() {
+                        out.insert(n);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// TCP ports a process listens on.
+pub fn ports_of(pid: i32) -> Vec<u16> {
+    let inodes = socket_inodes(pid);
+    let mut v: Vec<u16> = listening()
+        .into_iter()
+        .filter(|(_, i)| inodes.contains(i))
+        .map(|(p, _)| p)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Who listens on `port` (pid and command line), if this user can see it.
+pub fn port_holder(port: u16) -> Option<(i32, String)> {
+    let inodes: BTreeSet<u64> = listening()
+        .into_iter()
+        .filter(|(p, _)| *p == port)
+        .map(|(_, i)| i)
+        .collect();
+    if inodes.is_empty() {
+        return None;
+    }
+    for p in all_procs() {
+        if socket_inodes(p.pid).iter().any(|i| inodes.contains(i)) {
+            let cmd = crate::follow::cmdline(p.pid)
+                .map(|v| v.join(" "))
+                .unwrap_or(p.comm);
+            return Some((p.pid, cmd));
+        }
+    }
+    None
+}
+
+/// Is the port free to bind on this machine (any address)?
+pub fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
+        && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+pub fn signal(pid: i32, sig: i32) -> bool {
+    // SAFETY: kill(2) on a pid; failure is reported by the return value.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// What happened to one process of a stopped tree.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stopped {
+    pub pid: i32,
+    pub cmd: String,
+    /// SIGTERM, SIGKILL, or "already gone"
+    pub how: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StopReport {
+    pub stopped: Vec<Stopped>,
+    pub survivors: Vec<Stopped>,
+    pub elapsed_ms: u64,
+}
+
+/// Stops `root` and its descendants: SIGTERM to all, wait up to `grace`, SIGKILL what is left,
+/// then wait (bounded) until every one is gone. New descendants that appear meanwhile are included.
+pub fn stop_tree(
+    root: i32,
+    include_root: bool,
+    grace: Duration,
+    on_event: &mut dyn FnMut(&str, &[i32]),
+) -> StopReport {
+    let t0 = Instant::now();
+    let mut all: BTreeMap<i32, (String, String)> = BTreeMap::new();
+    let tree = |all: &mut BTreeMap<i32, (String, String)>| {
+        let mut v = if include_root { vec![root] } else { vec![] };
+        v.extend(descendants(root));
+        for p in v.iter().copied().filter(|p| alive(*p)) {
+            all.entry(p).or_insert_with(|| {
+                (
+                    crate::follow::cmdline(p)
+                        .map(|c| c.join(" "))
+                        .unwrap_or_default(),
+                    String::new(),
+                )
+            });
+        }
+        v.into_iter().filter(|p| alive(*p)).collect::<Vec<_>>()
+    };
+    let live = tree(&mut all);
+    for p in &live {
+        signal(*p, libc::SIGTERM);
+        all.get_mut(p).unwrap().1 = "SIGTERM".into();
+    }
+    on_event("SIGTERM", &live);
+    let deadline = t0 + grace;
+    loop {
+        let live = tree(&mut all);
+        for p in &live {
+            if all[p].1.is_empty() {
+                signal(*p, libc::SIGTERM);
+                all.get_mut(p).unwrap().1 = "SIGTERM".into();
+            }
+        }
+        if live.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let live = tree(&mut all);
+    if !live.is_empty() {
+        for p in &live {
+            signal(*p, libc::SIGKILL);
+            all.get_mut(p).unwrap().1 = "SIGKILL".into();
+        }
+        on_event("SIGKILL", &live);
+        let kill_deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < kill_deadline && !tree(&mut all).is_empty() {
+            for p in tree(&mut all) {
+                signal(p, libc::SIGKILL);
+                all.get_mut(&p).unwrap().1 = "SIGKILL".into();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut stopped = Vec::new();
+    let mut survivors = Vec::new();
+    for (pid, (cmd, how)) in all {
+        let s = Stopped {
+            pid,
+            cmd,
+            how: if how.is_empty() {
+                "already gone".into()
+            } else {
+                how
+            },
+        };
+        if alive(pid) {
+            survivors.push(s);
+        } else {
+            stopped.push(s);
+        }
+    }
+    StopReport {
+        stopped,
+        survivors,
+        elapsed_ms: t0.elapsed().as_millis() as u64,
+    }
+}
+
+/// Patterns of inference servers, by process title and command line.
+pub const SERVER_PATTERNS: &[(&str, &str)] = &[
+    (
+        "sglang",
+        r"sglang::scheduler|sglang::detokenizer|sglang::data_parallel|sglang\.launch_server|sglang serve",
+    ),
+    (
+        "vllm",
+        r"VLLM::EngineCore|VLLM::Worker_TP|vllm serve|vllm\.entrypoints",
+    ),
+    ("llama-cpp", r"(?:^|/)llama-server(?:\s|$)"),
+    (
+        "tgi",
+        r"text-generation-launcher|text-generation-server|text-generation-router",
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_facts() {
+        let me = std::process::id() as i32;
+        let p = read_proc(me).unwrap();
+        assert!(p.ppid > 0);
+        assert!(age_secs(&p).is_some());
+    }
+
+    #[test]
+    fn port_holder_is_found() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(!port_free(port));
+        let (pid, _) = port_holder(port).expect("holder");
+        assert_eq!(pid, std::process::id() as i32);
+        assert!(ports_of(pid).contains(&port));
+    }
+}

@@ -102,6 +102,30 @@ def diagnose_rss(path):
     return dt, kb, p.stdout.decode().strip()
 
 
+def check_time(d, runs=9):
+    """`vigil check` on the field case (Kimi-K2-style target, EAGLE-3 draft at 131072)."""
+    import json
+    cfgs = os.path.join(ROOT, "crates/vigil/tests/configs")
+    t = json.load(open(os.path.join(cfgs, "deepseek-v3.json")))
+    t.update(max_position_embeddings=262144, num_attention_heads=64, num_key_value_heads=64, vocab_size=163840,
+             rope_scaling={"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096})
+    dr = json.load(open(os.path.join(cfgs, "kimi-k25-eagle3-draft.json")))
+    dr["max_position_embeddings"] = 131072
+    for name, c in (("target", t), ("draft", dr)):
+        os.makedirs(os.path.join(d, name), exist_ok=True)
+        json.dump(c, open(os.path.join(d, name, "config.json"), "w"))
+    cmd = [VIGIL, "check", "--json", "--", "python3", "-m", "sglang.launch_server", "--model-path", os.path.join(d, "target"),
+           "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", os.path.join(d, "draft"), "--tp", "8",
+           "--port", str(free_port())]
+    xs = []
+    for _ in range(runs):
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, stdout=subprocess.PIPE)
+        xs.append((time.monotonic() - t0) * 1000)
+        assert p.returncode == 10, p.returncode
+    return xs
+
+
 def row(name, xs):
     return f"| {name} | {len(xs)} | {statistics.median(xs):.1f} | {max(xs):.1f} |"
 
@@ -116,6 +140,7 @@ def main():
                              ("crash verdict after exit, with --log", crash_time, True),
                              ("crash verdict after exit, --pid/--url only", crash_time, False)]:
             print(row(name, [fn(wl, d) for _ in range(a.runs)]), flush=True)
+        print(row("vigil check, field case (error found)", check_time(d)), flush=True)
         path = os.path.join(d, "big.log")
         size = big_log(path, a.gb)
         dt, kb, out = diagnose_rss(path)

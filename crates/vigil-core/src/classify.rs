@@ -78,10 +78,7 @@ impl Line {
 
 fn ansi_re() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
-    R.get_or_init(|| {
-        Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|[\x00-\x08\x0b-\x1f\x7f]")
-            .unwrap()
-    })
+    R.get_or_init(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|[\x00-\x08\x0b-\x1f\x7f]").unwrap())
 }
 
 fn quote_re() -> &'static Regex {
@@ -139,20 +136,9 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
                 (Some(t), Some(f)) => f.parse(t.as_str()),
                 _ => None,
             };
-            let rank = c
-                .name("rank")
-                .map(|r| r.as_str().trim().to_string())
-                .filter(|r| !r.is_empty());
-            let level = c
-                .name("level")
-                .map(|l| l.as_str().trim().to_string())
-                .filter(|l| !l.is_empty());
-            return Some(Stripped {
-                message: &s[m.end()..],
-                rank,
-                level,
-                stamp,
-            });
+            let rank = c.name("rank").map(|r| r.as_str().trim().to_string()).filter(|r| !r.is_empty());
+            let level = c.name("level").map(|l| l.as_str().trim().to_string()).filter(|l| !l.is_empty());
+            return Some(Stripped { message: &s[m.end()..], rank, level, stamp });
         }
     }
     None
@@ -198,11 +184,7 @@ pub struct Classifier<'p> {
 impl<'p> Classifier<'p> {
     pub fn new(profiles: &'p Profiles, forced: Option<&str>) -> Classifier<'p> {
         let kind = forced.and_then(|f| profiles.list.iter().position(|p| p.name == f));
-        Classifier {
-            profiles,
-            kind,
-            forced: kind.is_some(),
-        }
+        Classifier { profiles, kind, forced: kind.is_some() }
     }
 
     /// The detected (or forced) server kind.
@@ -213,11 +195,7 @@ impl<'p> Classifier<'p> {
     pub fn classify(&mut self, raw: &str) -> Line {
         let text = clean(raw);
         if self.kind.is_none() && !self.forced {
-            self.kind = self
-                .profiles
-                .list
-                .iter()
-                .position(|p| p.detect.iter().any(|r| r.is_match(&text)));
+            self.kind = self.profiles.list.iter().position(|p| p.detect.iter().any(|r| r.is_match(&text)));
         }
         let generic = self.profiles.generic();
         let candidates: Vec<&Profile> = match self.kind {
@@ -237,15 +215,7 @@ impl<'p> Classifier<'p> {
             None => (text.clone(), None, None, None, false),
         };
         let hit = candidates.iter().find_map(|p| match_rules(p, &message));
-        Line {
-            text: truncate(&text, MAX_EVIDENCE_LEN).to_string(),
-            message,
-            rank,
-            level,
-            stamp,
-            prefixed,
-            hit,
-        }
+        Line { text: truncate(&text, MAX_EVIDENCE_LEN).to_string(), message, rank, level, stamp, prefixed, hit }
     }
 }
 
@@ -258,10 +228,7 @@ mod tests {
         assert_eq!(clean("\x1b[32mINFO\x1b[0m hi"), "INFO hi");
         assert_eq!(clean("> main: couldn't bind"), "main: couldn't bind");
         assert_eq!(clean(">   | [2024] INFO: x"), "[2024] INFO: x");
-        assert_eq!(
-            clean("sglang_service-1  | [2026-09-22 15:00:54] x"),
-            "[2026-09-22 15:00:54] x"
-        );
+        assert_eq!(clean("sglang_service-1  | [2026-09-22 15:00:54] x"), "[2026-09-22 15:00:54] x");
         assert_eq!(
             clean("Loading safetensors checkpoint shards:   0% Completed | 0/8"),
             "Loading safetensors checkpoint shards:   0% Completed | 0/8"
@@ -296,7 +263,8 @@ mod tests {
     fn progress_numbers() {
         let p = Profiles::builtin();
         let mut c = Classifier::new(&p, Some("sglang"));
-        let l = c.classify("Capturing batches (bs=200 avail_mem=10.71 GB):  14%|█▍        | 1/7 [00:02<00:13,  2.28s/it]");
+        let l =
+            c.classify("Capturing batches (bs=200 avail_mem=10.71 GB):  14%|█▍        | 1/7 [00:02<00:13,  2.28s/it]");
         let h = l.hit.unwrap();
         assert_eq!((h.k, h.n), (Some(1), Some(7)));
         assert_eq!(h.detail.as_deref(), Some("bs=200 avail_mem=10.71 GB"));

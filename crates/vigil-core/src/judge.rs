@@ -47,11 +47,7 @@ impl Default for JudgeConfig {
 
 impl JudgeConfig {
     pub fn stall_limit_ms(&self, p: Phase) -> u64 {
-        self.stall_ms
-            .get(&p)
-            .copied()
-            .or(self.stall_default_ms)
-            .unwrap_or(p.default_stall_secs() * 1000)
+        self.stall_ms.get(&p).copied().or(self.stall_default_ms).unwrap_or(p.default_stall_secs() * 1000)
     }
 }
 
@@ -356,11 +352,7 @@ impl Judge {
         let Some(max) = tagged.iter().map(|(_, r)| r.steps).max() else {
             return vec![];
         };
-        tagged
-            .iter()
-            .filter(|(_, r)| r.steps < max)
-            .map(|(k, r)| format!("{k} ({})", r.current()))
-            .collect()
+        tagged.iter().filter(|(_, r)| r.steps < max).map(|(k, r)| format!("{k} ({})", r.current())).collect()
     }
 
     /// Feeds one fact; returns the events it caused.
@@ -426,10 +418,7 @@ impl Judge {
                 }
             }
         } else if opens {
-            let mut b = Block {
-                last_at: self.now,
-                ..Block::default()
-            };
+            let mut b = Block { last_at: self.now, ..Block::default() };
             b.push(&l.text);
             self.block = Some(b);
         }
@@ -466,35 +455,24 @@ impl Judge {
                     if h.kind == RuleKind::Progress {
                         if let (Some(k), Some(n)) = (h.k, h.n) {
                             let rank_phase = self.rank_phase(l.rank.as_deref());
-                            let pr = Progress {
-                                k,
-                                n,
-                                detail: h.detail.clone(),
-                            };
+                            let pr = Progress { k, n, detail: h.detail.clone() };
                             if self.progress.as_ref().map(|(_, x)| x) != Some(&pr) {
                                 self.progress = Some((rank_phase, pr.clone()));
                                 if rank_phase == self.phase {
-                                    ev.push(Event::Progress {
-                                        phase: rank_phase,
-                                        progress: pr,
-                                    });
+                                    ev.push(Event::Progress { phase: rank_phase, progress: pr });
                                 }
                             }
                         }
                     }
                     if h.kind == RuleKind::HttpUp {
-                        ev.push(Event::ProbeNow {
-                            reason: "the log says the HTTP server is up".into(),
-                        });
+                        ev.push(Event::ProbeNow { reason: "the log says the HTTP server is up".into() });
                     }
                 }
                 RuleKind::Ready => {
                     self.ready_marker = true;
                     if self.state == Verdict::Starting {
                         if self.cfg.require_probe {
-                            ev.push(Event::ProbeNow {
-                                reason: "the log shows the ready marker".into(),
-                            });
+                            ev.push(Event::ProbeNow { reason: "the log shows the ready marker".into() });
                         } else {
                             self.become_ready(ev);
                         }
@@ -524,19 +502,11 @@ impl Judge {
     }
 
     fn rank_phase(&self, rank: Option<&str>) -> Phase {
-        self.ranks
-            .get(rank.unwrap_or(""))
-            .map_or(Phase::Launch, |r| r.current())
+        self.ranks.get(rank.unwrap_or("")).map_or(Phase::Launch, |r| r.current())
     }
 
     /// Enters a phase for a rank (or, for server-wide phases, for every rank). True when something changed.
-    fn enter(
-        &mut self,
-        rank: Option<&str>,
-        p: Phase,
-        again: Option<Phase>,
-        ev: &mut Vec<Event>,
-    ) -> bool {
+    fn enter(&mut self, rank: Option<&str>, p: Phase, again: Option<Phase>, ev: &mut Vec<Event>) -> bool {
         let changed = if p.is_server_wide() {
             self.ranks.entry(String::new()).or_default();
             let mut any = false;
@@ -545,10 +515,7 @@ impl Judge {
             }
             any
         } else {
-            self.ranks
-                .entry(rank.unwrap_or("").to_string())
-                .or_default()
-                .enter(p, again)
+            self.ranks.entry(rank.unwrap_or("").to_string()).or_default().enter(p, again)
         };
         if changed {
             self.recompute_phase(ev);
@@ -570,12 +537,7 @@ impl Judge {
             self.phase_since = Some(self.now);
             let at = self.rel(self.origin.map(|_| self.now));
             self.timeline.push((new, at));
-            ev.push(Event::Phase {
-                phase: new,
-                from,
-                at_ms: at,
-                laggards: self.laggards(),
-            });
+            ev.push(Event::Phase { phase: new, from, at_ms: at, laggards: self.laggards() });
         }
     }
 
@@ -640,19 +602,9 @@ impl Judge {
             (p, _) => p,
         });
         let cause = b.cause.unwrap_or(Cause::Unknown);
-        let hint = b
-            .hint
-            .clone()
-            .or_else(|| Some(hint_for(cause, phase).to_string()));
+        let hint = b.hint.clone().or_else(|| Some(hint_for(cause, phase).to_string()));
         self.state = Verdict::Crashed;
-        let r = self.make_report(
-            Verdict::Crashed,
-            phase,
-            Some(cause),
-            hint,
-            detail,
-            b.lines(),
-        );
+        let r = self.make_report(Verdict::Crashed, phase, Some(cause), hint, detail, b.lines());
         self.emit(r, ev);
     }
 
@@ -686,14 +638,7 @@ impl Judge {
                 }
                 d.push_str(&format!("; stall limit {}", fmt_ms(limit)));
                 let hint = stall_hint(self.phase).to_string();
-                let r = self.make_report(
-                    Verdict::Stalled,
-                    self.phase,
-                    None,
-                    Some(hint),
-                    Some(d),
-                    vec![],
-                );
+                let r = self.make_report(Verdict::Stalled, self.phase, None, Some(hint), Some(d), vec![]);
                 self.emit(r, ev);
                 return;
             }
@@ -737,11 +682,7 @@ impl Judge {
                 (Some(a), Some(b)) => Some(b.saturating_sub(*a)),
                 _ => None,
             };
-            timeline.push(TimelineEntry {
-                phase: *p,
-                at_ms: *at,
-                duration_ms,
-            });
+            timeline.push(TimelineEntry { phase: *p, at_ms: *at, duration_ms });
         }
         Report {
             verdict,

@@ -27,10 +27,7 @@ pub fn diagnose_text(profiles: &Profiles, forced: Option<&str>, text: &str) -> R
             j.set_server(&k.name);
         }
         let at = stamper.at(line.stamp);
-        j.feed(Fact {
-            at,
-            input: Input::Line(Box::new(line)),
-        });
+        j.feed(Fact { at, input: Input::Line(Box::new(line)) });
     };
     for raw in text.split(['\n', '\r']) {
         if header.skip(raw) {
@@ -44,10 +41,7 @@ pub fn diagnose_text(profiles: &Profiles, forced: Option<&str>, text: &str) -> R
     for held in header.release() {
         feed(&held, &mut c, &mut j);
     }
-    j.feed(Fact {
-        at: None,
-        input: Input::Eof,
-    });
+    j.feed(Fact { at: None, input: Input::Eof });
     j.final_report()
 }
 

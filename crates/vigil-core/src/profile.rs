@@ -167,13 +167,7 @@ impl std::error::Error for ProfileError {}
 
 fn re(origin: &str, what: &str, s: &str) -> Result<Regex, ProfileError> {
     Regex::new(s).map_err(|e| {
-        let first = e
-            .to_string()
-            .lines()
-            .last()
-            .unwrap_or("")
-            .trim()
-            .to_string();
+        let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
         ProfileError(format!("{origin}: bad regex in {what}: {first}"))
     })
 }
@@ -181,9 +175,9 @@ fn re(origin: &str, what: &str, s: &str) -> Result<Regex, ProfileError> {
 fn phase(origin: &str, what: &str, s: &Option<String>) -> Result<Option<Phase>, ProfileError> {
     match s {
         None => Ok(None),
-        Some(s) => Phase::parse(s)
-            .map(Some)
-            .ok_or_else(|| ProfileError(format!("{origin}: {what}: unknown phase '{s}'"))),
+        Some(s) => {
+            Phase::parse(s).map(Some).ok_or_else(|| ProfileError(format!("{origin}: {what}: unknown phase '{s}'")))
+        }
     }
 }
 
@@ -218,20 +212,14 @@ impl Profile {
             self.description = d.clone();
         }
         if let Some(v) = &s.detect {
-            let mut d = v
-                .iter()
-                .map(|p| re(origin, "detect", p))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut d = v.iter().map(|p| re(origin, "detect", p)).collect::<Result<Vec<_>, _>>()?;
             if front {
                 d.append(&mut self.detect);
             }
             self.detect = d;
         }
         if let Some(v) = &s.detect_cmd {
-            self.detect_cmd = v
-                .iter()
-                .map(|p| re(origin, "detect_cmd", p))
-                .collect::<Result<_, _>>()?;
+            self.detect_cmd = v.iter().map(|p| re(origin, "detect_cmd", p)).collect::<Result<_, _>>()?;
         }
         if let Some(p) = s.port {
             self.port = p;
@@ -241,9 +229,7 @@ impl Profile {
         }
         if let Some(t) = s.probe_timeout_secs {
             if !(t > 0.0 && t < 86_400.0) {
-                return Err(ProfileError(format!(
-                    "{origin}: probe_timeout_secs must be > 0"
-                )));
+                return Err(ProfileError(format!("{origin}: probe_timeout_secs must be > 0")));
             }
             self.probe_timeout_secs = t;
         }
@@ -252,9 +238,8 @@ impl Profile {
         }
         if let Some(m) = &s.stall_secs {
             for (k, v) in m {
-                let p = Phase::parse(k).ok_or_else(|| {
-                    ProfileError(format!("{origin}: stall_secs: unknown phase '{k}'"))
-                })?;
+                let p = Phase::parse(k)
+                    .ok_or_else(|| ProfileError(format!("{origin}: stall_secs: unknown phase '{k}'")))?;
                 self.stall_secs.insert(p, *v);
             }
         }
@@ -262,23 +247,21 @@ impl Profile {
         for p in &f.prefix {
             let time = match &p.time {
                 None => None,
-                Some(t) => Some(TsFormat::parse_name(t).ok_or_else(|| {
-                    ProfileError(format!("{origin}: prefix: unknown time format '{t}'"))
-                })?),
+                Some(t) => Some(
+                    TsFormat::parse_name(t)
+                        .ok_or_else(|| ProfileError(format!("{origin}: prefix: unknown time format '{t}'")))?,
+                ),
             };
-            prefixes.push(Prefix {
-                re: re(origin, "prefix", &p.regex)?,
-                time,
-            });
+            prefixes.push(Prefix { re: re(origin, "prefix", &p.regex)?, time });
         }
         let mut rules = Vec::new();
         for r in &f.rule {
             let what = format!("rule '{}'", r.name);
             let cause = match &r.cause {
                 None => None,
-                Some(c) => Some(Cause::parse(c).ok_or_else(|| {
-                    ProfileError(format!("{origin}: {what}: unknown cause '{c}'"))
-                })?),
+                Some(c) => Some(
+                    Cause::parse(c).ok_or_else(|| ProfileError(format!("{origin}: {what}: unknown cause '{c}'")))?,
+                ),
             };
             let rule = Rule {
                 name: r.name.clone(),
@@ -294,16 +277,12 @@ impl Profile {
                 source: r.source.clone(),
             };
             if matches!(rule.kind, RuleKind::Phase | RuleKind::Implies) && rule.phase.is_none() {
-                return Err(ProfileError(format!(
-                    "{origin}: {what}: kind needs a phase"
-                )));
+                return Err(ProfileError(format!("{origin}: {what}: kind needs a phase")));
             }
             if rule.kind == RuleKind::Progress {
                 let names: Vec<_> = rule.re.capture_names().flatten().collect();
                 if !names.contains(&"k") || !names.contains(&"n") {
-                    return Err(ProfileError(format!(
-                        "{origin}: {what}: progress needs (?P<k>..) and (?P<n>..)"
-                    )));
+                    return Err(ProfileError(format!("{origin}: {what}: progress needs (?P<k>..) and (?P<n>..)")));
                 }
             }
             rules.push(rule);
@@ -323,10 +302,7 @@ impl Profile {
     }
 
     pub fn stall_limit_secs(&self, p: Phase) -> u64 {
-        self.stall_secs
-            .get(&p)
-            .copied()
-            .unwrap_or_else(|| p.default_stall_secs())
+        self.stall_secs.get(&p).copied().unwrap_or_else(|| p.default_stall_secs())
     }
 }
 
@@ -391,10 +367,7 @@ impl Profiles {
     /// The server kind named by a command line (`python -m sglang.launch_server ...`), if any.
     pub fn detect_cmd(&self, argv: &[String]) -> Option<&str> {
         let line = argv.join(" ");
-        self.list
-            .iter()
-            .find(|p| p.detect_cmd.iter().any(|r| r.is_match(&line)))
-            .map(|p| p.name.as_str())
+        self.list.iter().find(|p| p.detect_cmd.iter().any(|r| r.is_match(&line))).map(|p| p.name.as_str())
     }
 }
 
@@ -405,26 +378,17 @@ mod tests {
     #[test]
     fn builtins_load() {
         let p = Profiles::builtin();
-        assert_eq!(
-            p.names(),
-            vec!["sglang", "vllm", "llama-cpp", "tgi", "generic"]
-        );
+        assert_eq!(p.names(), vec!["sglang", "vllm", "llama-cpp", "tgi", "generic"]);
         for prof in &p.list {
             for r in &prof.rules {
-                assert!(
-                    r.source.is_some() || prof.name == "generic",
-                    "{}: rule {} has no source",
-                    prof.name,
-                    r.name
-                );
+                assert!(r.source.is_some() || prof.name == "generic", "{}: rule {} has no source", prof.name, r.name);
             }
         }
     }
 
     #[test]
     fn unknown_field_is_error() {
-        let e = Profiles::load(&[("x.toml".into(), "name='x'\n[server]\nbogus=1\n".into())])
-            .unwrap_err();
+        let e = Profiles::load(&[("x.toml".into(), "name='x'\n[server]\nbogus=1\n".into())]).unwrap_err();
         assert!(e.0.contains("x.toml") && e.0.contains("bogus"), "{}", e.0);
     }
 
@@ -446,19 +410,10 @@ mod tests {
     fn detect_cmd() {
         let p = Profiles::builtin();
         let a = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
-        assert_eq!(
-            p.detect_cmd(&a("python -m sglang.launch_server --model-path x")),
-            Some("sglang")
-        );
+        assert_eq!(p.detect_cmd(&a("python -m sglang.launch_server --model-path x")), Some("sglang"));
         assert_eq!(p.detect_cmd(&a("vllm serve Qwen/Qwen3")), Some("vllm"));
-        assert_eq!(
-            p.detect_cmd(&a("/opt/bin/llama-server -m x.gguf")),
-            Some("llama-cpp")
-        );
-        assert_eq!(
-            p.detect_cmd(&a("text-generation-launcher --model-id x")),
-            Some("tgi")
-        );
+        assert_eq!(p.detect_cmd(&a("/opt/bin/llama-server -m x.gguf")), Some("llama-cpp"));
+        assert_eq!(p.detect_cmd(&a("text-generation-launcher --model-id x")), Some("tgi"));
         assert_eq!(p.detect_cmd(&a("sleep 10")), None);
     }
 }

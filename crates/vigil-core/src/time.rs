@@ -70,11 +70,7 @@ fn hms_ms(s: &str) -> Option<i64> {
     }
     let ms = match frac {
         Some(f) => {
-            let f: String = f
-                .chars()
-                .take_while(|c| c.is_ascii_digit())
-                .take(3)
-                .collect();
+            let f: String = f.chars().take_while(|c| c.is_ascii_digit()).take(3).collect();
             if f.is_empty() {
                 return None;
             }
@@ -136,31 +132,18 @@ mod tests {
         assert_eq!(b - a, 1250);
         let c = TsFormat::YmdHms.parse("2025-03-27 21:33:31,320").unwrap();
         assert_eq!(c % 1000, 320);
-        let r = TsFormat::Rfc3339
-            .parse("2023-12-16T09:36:24.632149Z")
-            .unwrap();
+        let r = TsFormat::Rfc3339.parse("2023-12-16T09:36:24.632149Z").unwrap();
         assert_eq!(r % 1000, 632);
         let v1 = TsFormat::MdHms.parse("05-23 09:31:22").unwrap();
         let v2 = TsFormat::MdHms.parse("05-23 09:31:47").unwrap();
         assert_eq!(v2 - v1, 25_000);
-        assert_eq!(
-            TsFormat::LlamaRel.parse("27.39.077.188"),
-            Some((27 * 60 + 39) * 1000 + 77)
-        );
+        assert_eq!(TsFormat::LlamaRel.parse("27.39.077.188"), Some((27 * 60 + 39) * 1000 + 77));
         assert_eq!(TsFormat::LlamaRel.parse("0.00.002.662"), Some(2));
     }
 
     #[test]
     fn garbage_is_none() {
-        for s in [
-            "",
-            "x",
-            "2025-13-01 00:00:00",
-            "99:99:99",
-            "1.2.3",
-            "05-23",
-            "2025-01-01 25:00:00",
-        ] {
+        for s in ["", "x", "2025-13-01 00:00:00", "99:99:99", "1.2.3", "05-23", "2025-01-01 25:00:00"] {
             assert_eq!(TsFormat::YmdHms.parse(s), None, "{s}");
             assert_eq!(TsFormat::LlamaRel.parse(s), None, "{s}");
         }

@@ -54,24 +54,13 @@ pub fn load() -> Vec<Case> {
     files.sort();
     for f in files {
         let (header, body) = split(&std::fs::read(&f).unwrap());
-        let exp = header
-            .lines()
-            .find_map(|l| l.strip_prefix("# EXPECT:"))
-            .expect("EXPECT line")
-            .trim()
-            .to_string();
+        let exp = header.lines().find_map(|l| l.strip_prefix("# EXPECT:")).expect("EXPECT line").trim().to_string();
         let field = |k: &str| -> Vec<String> {
             exp.split_whitespace()
                 .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
                 .unwrap()
                 .split('|')
-                .map(|s| {
-                    if s == "-" {
-                        "null".to_string()
-                    } else {
-                        s.to_string()
-                    }
-                })
+                .map(|s| if s == "-" { "null".to_string() } else { s.to_string() })
                 .collect()
         };
         out.push(Case {
@@ -107,19 +96,13 @@ fn corpus_matches_expectations() {
     assert!(exc.len() <= 2, "at most 2 exceptions allowed");
     let mut fails = Vec::new();
     let mut ok = 0;
-    println!(
-        "{:<62} {:<9} {:<18} {:<12} result",
-        "log", "verdict", "phase", "cause"
-    );
+    println!("{:<62} {:<9} {:<18} {:<12} result", "log", "verdict", "phase", "cause");
     for c in &cases {
         let r = diagnose_text(&profiles, None, &c.body);
         let got_v = r.verdict.as_str().to_string();
         let got_p = r.phase.as_str().to_string();
-        let got_c = r
-            .cause
-            .map_or("null".to_string(), |c| c.as_str().to_string());
-        let good =
-            c.verdict.contains(&got_v) && c.phase.contains(&got_p) && c.cause.contains(&got_c);
+        let got_c = r.cause.map_or("null".to_string(), |c| c.as_str().to_string());
+        let good = c.verdict.contains(&got_v) && c.phase.contains(&got_p) && c.cause.contains(&got_c);
         let status = if good {
             ok += 1;
             "ok"
@@ -132,16 +115,9 @@ fn corpus_matches_expectations() {
             ));
             "MISMATCH"
         };
-        println!(
-            "{:<62} {:<9} {:<18} {:<12} {status}",
-            c.rel, got_v, got_p, got_c
-        );
+        println!("{:<62} {:<9} {:<18} {:<12} {status}", c.rel, got_v, got_p, got_c);
     }
-    println!(
-        "corpus score: {ok}/{} exact, {} listed exceptions",
-        cases.len(),
-        exc.len()
-    );
+    println!("corpus score: {ok}/{} exact, {} listed exceptions", cases.len(), exc.len());
     assert!(fails.is_empty(), "corpus mismatches:\n{}", fails.join("\n"));
 }
 
@@ -153,17 +129,8 @@ fn header_does_not_change_the_verdict() {
         let a = diagnose_text(&profiles, None, &c.body);
         let b = diagnose_text(&profiles, None, &format!("{}\n# ---\n{}", c.header, c.body));
         if (a.verdict, a.phase, a.cause) != (b.verdict, b.phase, b.cause) {
-            diff.push(format!(
-                "{}: {:?} vs {:?}",
-                c.rel,
-                (a.verdict, a.phase, a.cause),
-                (b.verdict, b.phase, b.cause)
-            ));
+            diff.push(format!("{}: {:?} vs {:?}", c.rel, (a.verdict, a.phase, a.cause), (b.verdict, b.phase, b.cause)));
         }
     }
-    assert!(
-        diff.is_empty(),
-        "the header changed the result:\n{}",
-        diff.join("\n")
-    );
+    assert!(diff.is_empty(), "the header changed the result:\n{}", diff.join("\n"));
 }

@@ -15,19 +15,11 @@ fn line(p: &Profiles, kind: &str, s: &str) -> Input {
 }
 
 fn live(stall_ms: u64) -> JudgeConfig {
-    JudgeConfig {
-        live: true,
-        stall_enabled: true,
-        stall_default_ms: Some(stall_ms),
-        ..JudgeConfig::default()
-    }
+    JudgeConfig { live: true, stall_enabled: true, stall_default_ms: Some(stall_ms), ..JudgeConfig::default() }
 }
 
 fn feed(j: &mut Judge, at: u64, i: Input) -> Vec<Event> {
-    j.feed(Fact {
-        at: Some(at),
-        input: i,
-    })
+    j.feed(Fact { at: Some(at), input: i })
 }
 
 fn verdict_of(ev: &[Event]) -> Option<&Report> {
@@ -39,7 +31,8 @@ fn verdict_of(ev: &[Event]) -> Option<&Report> {
 
 const LOAD: &str = "0.00.003.985 I srv    load_model: loading model 'm.gguf'";
 const LOADED: &str = "0.00.095.288 I srv  llama_server: model loaded";
-const MISSING: &str = "0.00.004.092 E gguf_init_from_file: failed to open GGUF file 'm.gguf' (No such file or directory)";
+const MISSING: &str =
+    "0.00.004.092 E gguf_init_from_file: failed to open GGUF file 'm.gguf' (No such file or directory)";
 const FAILED: &str = "0.00.004.279 E srv    load_model: failed to load model, 'm.gguf'";
 const CLEANUP: &str = "0.00.004.281 I srv    operator(): operator(): cleaning up before exit...";
 
@@ -51,21 +44,14 @@ fn ready_marker_gives_ready_offline() {
     let ev = feed(&mut j, 90, line(p, "llama-cpp", LOADED));
     let r = verdict_of(&ev).expect("verdict");
     assert_eq!((r.verdict, r.phase), (Verdict::Ready, Phase::Serving));
-    let tl: Vec<_> = r
-        .timeline
-        .iter()
-        .map(|e| (e.phase, e.duration_ms))
-        .collect();
+    let tl: Vec<_> = r.timeline.iter().map(|e| (e.phase, e.duration_ms)).collect();
     assert_eq!(tl[1], (Phase::Weights, Some(90)));
 }
 
 #[test]
 fn with_require_probe_the_marker_asks_for_a_probe() {
     let p = builtin();
-    let mut j = Judge::new(JudgeConfig {
-        require_probe: true,
-        ..live(10_000)
-    });
+    let mut j = Judge::new(JudgeConfig { require_probe: true, ..live(10_000) });
     let ev = feed(&mut j, 10, line(p, "llama-cpp", LOADED));
     assert!(ev.iter().any(|e| matches!(e, Event::ProbeNow { .. })));
     assert_eq!(j.state(), Verdict::Starting);
@@ -82,30 +68,18 @@ fn crash_verdict_at_end_of_block_with_cause_and_evidence() {
     feed(&mut j, 0, line(p, "llama-cpp", LOAD));
     feed(&mut j, 1, line(p, "llama-cpp", MISSING));
     let ev = feed(&mut j, 2, line(p, "llama-cpp", FAILED));
-    assert!(
-        verdict_of(&ev).is_none(),
-        "verdict waits for the end of the block"
-    );
+    assert!(verdict_of(&ev).is_none(), "verdict waits for the end of the block");
     let ev = feed(&mut j, 3, line(p, "llama-cpp", CLEANUP));
     let r = verdict_of(&ev).expect("verdict at the next record");
-    assert_eq!(
-        (r.verdict, r.phase, r.cause),
-        (Verdict::Crashed, Phase::Weights, Some(Cause::ModelFile))
-    );
-    assert!(r
-        .evidence
-        .iter()
-        .any(|l| l.contains("failed to open GGUF file")));
+    assert_eq!((r.verdict, r.phase, r.cause), (Verdict::Crashed, Phase::Weights, Some(Cause::ModelFile)));
+    assert!(r.evidence.iter().any(|l| l.contains("failed to open GGUF file")));
     assert!(r.hint.as_deref().unwrap().contains("-m"));
 }
 
 #[test]
 fn terminal_block_closes_after_quiet_period_not_before() {
     let p = builtin();
-    let mut j = Judge::new(JudgeConfig {
-        quiet_ms: 1500,
-        ..live(60_000)
-    });
+    let mut j = Judge::new(JudgeConfig { quiet_ms: 1500, ..live(60_000) });
     feed(&mut j, 0, line(p, "llama-cpp", LOAD));
     feed(&mut j, 100, line(p, "llama-cpp", FAILED));
     assert!(verdict_of(&feed(&mut j, 1599, Input::Tick)).is_none());
@@ -119,75 +93,34 @@ fn traceback_alone_is_not_fatal_but_is_the_cause_at_exit() {
     let s = |x: &str| line(p, "sglang", x);
     // a traceback closed by a normal record is dropped
     let mut j = Judge::new(live(60_000));
-    feed(
-        &mut j,
-        0,
-        s("[2025-01-01 00:00:00] Load weight begin. avail mem=10 GB"),
-    );
+    feed(&mut j, 0, s("[2025-01-01 00:00:00] Load weight begin. avail mem=10 GB"));
     feed(&mut j, 1, s("Traceback (most recent call last):"));
-    feed(
-        &mut j,
-        2,
-        s("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"),
-    );
-    feed(
-        &mut j,
-        3,
-        s("[2025-01-01 00:00:01] INFO:     127.0.0.1:1 - \"POST /generate HTTP/1.1\" 500"),
-    );
+    feed(&mut j, 2, s("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"));
+    feed(&mut j, 3, s("[2025-01-01 00:00:01] INFO:     127.0.0.1:1 - \"POST /generate HTTP/1.1\" 500"));
     assert_eq!(j.state(), Verdict::Starting);
     // the same traceback followed by the exit is the crash and its cause
     let mut j = Judge::new(live(60_000));
-    feed(
-        &mut j,
-        0,
-        s("[2025-01-01 00:00:00] Load weight begin. avail mem=10 GB"),
-    );
+    feed(&mut j, 0, s("[2025-01-01 00:00:00] Load weight begin. avail mem=10 GB"));
     feed(&mut j, 1, s("Traceback (most recent call last):"));
-    feed(
-        &mut j,
-        2,
-        s("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"),
-    );
-    let ev = feed(
-        &mut j,
-        3,
-        Input::Exit(ExitInfo {
-            code: Some(1),
-            signal: None,
-            ours: true,
-        }),
-    );
+    feed(&mut j, 2, s("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"));
+    let ev = feed(&mut j, 3, Input::Exit(ExitInfo { code: Some(1), signal: None, ours: true }));
     let r = verdict_of(&ev).unwrap();
-    assert_eq!(
-        (r.verdict, r.phase, r.cause),
-        (Verdict::Crashed, Phase::Weights, Some(Cause::GpuOom))
-    );
-    assert!(
-        r.hint.as_deref().unwrap().contains("tensor parallelism"),
-        "weights OOM advice: {:?}",
-        r.hint
-    );
+    assert_eq!((r.verdict, r.phase, r.cause), (Verdict::Crashed, Phase::Weights, Some(Cause::GpuOom)));
+    assert!(r.hint.as_deref().unwrap().contains("tensor parallelism"), "weights OOM advice: {:?}", r.hint);
 }
 
 #[test]
 fn same_cause_different_advice_by_place() {
     let p = builtin();
     let d = |t: &str| diagnose_text(p, Some("sglang"), t);
-    let graph = d("[2025-01-01 00:00:00] Capture cuda graph begin.\nException: Capture cuda graph failed: CUDA out of memory.\n");
+    let graph = d(
+        "[2025-01-01 00:00:00] Capture cuda graph begin.\nException: Capture cuda graph failed: CUDA out of memory.\n",
+    );
     let kv = d("[2025-01-01 00:00:00] Load weight end.\nRuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n");
     assert_eq!(graph.cause, Some(Cause::GpuOom));
     assert_eq!(kv.cause, Some(Cause::GpuOom));
-    assert!(graph
-        .hint
-        .as_deref()
-        .unwrap()
-        .contains("lower --mem-fraction-static"));
-    assert!(kv
-        .hint
-        .as_deref()
-        .unwrap()
-        .contains("raise --mem-fraction-static"));
+    assert!(graph.hint.as_deref().unwrap().contains("lower --mem-fraction-static"));
+    assert!(kv.hint.as_deref().unwrap().contains("raise --mem-fraction-static"));
 }
 
 #[test]
@@ -195,37 +128,15 @@ fn exit_before_ready() {
     let p = builtin();
     let mut j = Judge::new(live(60_000));
     feed(&mut j, 0, line(p, "llama-cpp", LOAD));
-    let r = feed(
-        &mut j,
-        5,
-        Input::Exit(ExitInfo {
-            code: None,
-            signal: Some(9),
-            ours: true,
-        }),
-    );
+    let r = feed(&mut j, 5, Input::Exit(ExitInfo { code: None, signal: Some(9), ours: true }));
     let r = verdict_of(&r).unwrap();
-    assert_eq!(
-        (r.verdict, r.cause),
-        (Verdict::Crashed, Some(Cause::Killed))
-    );
+    assert_eq!((r.verdict, r.cause), (Verdict::Crashed, Some(Cause::Killed)));
     assert!(r.detail.as_deref().unwrap().contains("SIGKILL"));
     let mut j = Judge::new(live(60_000));
     feed(&mut j, 0, line(p, "llama-cpp", LOAD));
-    let r = feed(
-        &mut j,
-        5,
-        Input::Exit(ExitInfo {
-            code: None,
-            signal: None,
-            ours: false,
-        }),
-    );
+    let r = feed(&mut j, 5, Input::Exit(ExitInfo { code: None, signal: None, ours: false }));
     let r = verdict_of(&r).unwrap();
-    assert_eq!(
-        (r.verdict, r.cause),
-        (Verdict::Crashed, Some(Cause::Unknown))
-    );
+    assert_eq!((r.verdict, r.cause), (Verdict::Crashed, Some(Cause::Unknown)));
     assert!(r.detail.as_deref().unwrap().contains("not our child"));
 }
 
@@ -237,38 +148,30 @@ fn stall_fires_at_last_progress_plus_limit() {
     feed(
         &mut j,
         500,
-        line(
-            p,
-            "llama-cpp",
-            "0.00.500.000 I llama_model_loader: - kv 0: general.architecture str = llama",
-        ),
+        line(p, "llama-cpp", "0.00.500.000 I llama_model_loader: - kv 0: general.architecture str = llama"),
     );
     assert!(verdict_of(&feed(&mut j, 2499, Input::Tick)).is_none());
     let ev = feed(&mut j, 2500, Input::Tick);
     let r = verdict_of(&ev).unwrap();
     assert_eq!((r.verdict, r.phase), (Verdict::Stalled, Phase::Weights));
-    assert!(r
-        .detail
-        .as_deref()
-        .unwrap()
-        .contains("no progress for 2.0s in weights"));
+    assert!(r.detail.as_deref().unwrap().contains("no progress for 2.0s in weights"));
 }
 
 #[test]
 fn heartbeats_and_noise_are_not_progress() {
     let p = builtin();
     let mut j = Judge::new(live(1000));
-    feed(
-        &mut j,
-        0,
-        line(
-            p,
-            "tgi",
-            "2023-02-20T16:45:14.079644Z  INFO text_generation_launcher: Starting shard 0",
-        ),
-    );
+    feed(&mut j, 0, line(p, "tgi", "2023-02-20T16:45:14.079644Z  INFO text_generation_launcher: Starting shard 0"));
     for t in [300, 600, 900] {
-        feed(&mut j, t, line(p, "tgi", "2023-02-20T16:45:24.091665Z  INFO text_generation_launcher: Waiting for shard 0 to be ready..."));
+        feed(
+            &mut j,
+            t,
+            line(
+                p,
+                "tgi",
+                "2023-02-20T16:45:24.091665Z  INFO text_generation_launcher: Waiting for shard 0 to be ready...",
+            ),
+        );
     }
     let r = feed(&mut j, 1000, Input::Tick);
     assert_eq!(verdict_of(&r).unwrap().verdict, Verdict::Stalled);
@@ -282,29 +185,17 @@ fn per_phase_stall_override() {
     let mut j = Judge::new(cfg);
     feed(&mut j, 0, line(p, "llama-cpp", LOAD));
     assert!(verdict_of(&feed(&mut j, 4999, Input::Tick)).is_none());
-    assert_eq!(
-        verdict_of(&feed(&mut j, 5000, Input::Tick))
-            .unwrap()
-            .verdict,
-        Verdict::Stalled
-    );
+    assert_eq!(verdict_of(&feed(&mut j, 5000, Input::Tick)).unwrap().verdict, Verdict::Stalled);
 }
 
 #[test]
 fn timeout_is_not_stall() {
     let p = builtin();
-    let mut j = Judge::new(JudgeConfig {
-        timeout_ms: Some(5000),
-        ..live(2000)
-    });
+    let mut j = Judge::new(JudgeConfig { timeout_ms: Some(5000), ..live(2000) });
     feed(&mut j, 0, line(p, "llama-cpp", LOAD));
     let mut last = None;
     for t in (500..=5000).step_by(500) {
-        let ev = feed(
-            &mut j,
-            t,
-            line(p, "llama-cpp", "0.00.500.000 I llama_model_loader: - kv"),
-        );
+        let ev = feed(&mut j, t, line(p, "llama-cpp", "0.00.500.000 I llama_model_loader: - kv"));
         if let Some(r) = verdict_of(&ev) {
             last = Some((t, r.verdict));
             break;
@@ -318,38 +209,14 @@ fn least_advanced_rank_and_laggards() {
     let p = builtin();
     let s = |x: &str| line(p, "sglang", x);
     let mut j = Judge::new(JudgeConfig::default());
-    feed(
-        &mut j,
-        0,
-        s("[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=70 GB"),
-    );
-    feed(
-        &mut j,
-        0,
-        s("[2025-01-01 00:00:00 TP1] Load weight begin. avail mem=70 GB"),
-    );
-    feed(
-        &mut j,
-        1,
-        s("[2025-01-01 00:00:01 TP0] KV Cache is allocated. #tokens: 1"),
-    );
-    feed(
-        &mut j,
-        2,
-        s("[2025-01-01 00:00:02 TP0] Capture cuda graph begin. avail mem=1 GB"),
-    );
+    feed(&mut j, 0, s("[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=70 GB"));
+    feed(&mut j, 0, s("[2025-01-01 00:00:00 TP1] Load weight begin. avail mem=70 GB"));
+    feed(&mut j, 1, s("[2025-01-01 00:00:01 TP0] KV Cache is allocated. #tokens: 1"));
+    feed(&mut j, 2, s("[2025-01-01 00:00:02 TP0] Capture cuda graph begin. avail mem=1 GB"));
     assert_eq!(j.phase(), Phase::Weights);
     assert_eq!(j.laggards(), vec!["TP1 (weights)".to_string()]);
-    feed(
-        &mut j,
-        3,
-        s("[2025-01-01 00:00:03 TP1] KV Cache is allocated. #tokens: 1"),
-    );
-    feed(
-        &mut j,
-        3,
-        s("[2025-01-01 00:00:03 TP1] Capture cuda graph begin. avail mem=1 GB"),
-    );
+    feed(&mut j, 3, s("[2025-01-01 00:00:03 TP1] KV Cache is allocated. #tokens: 1"));
+    feed(&mut j, 3, s("[2025-01-01 00:00:03 TP1] Capture cuda graph begin. avail mem=1 GB"));
     assert_eq!(j.phase(), Phase::CudaGraphs);
     assert!(j.laggards().is_empty());
 }
@@ -382,27 +249,11 @@ fn orderly_shutdown_after_ready_stays_ready() {
     let mut j = Judge::new(live(60_000));
     feed(&mut j, 0, line(p, "llama-cpp", LOADED));
     feed(&mut j, 1, line(p, "llama-cpp", CLEANUP));
-    feed(
-        &mut j,
-        2,
-        Input::Exit(ExitInfo {
-            code: Some(0),
-            signal: None,
-            ours: true,
-        }),
-    );
+    feed(&mut j, 2, Input::Exit(ExitInfo { code: Some(0), signal: None, ours: true }));
     assert_eq!(j.state(), Verdict::Ready);
     let mut j = Judge::new(live(60_000));
     feed(&mut j, 0, line(p, "llama-cpp", LOADED));
-    feed(
-        &mut j,
-        2,
-        Input::Exit(ExitInfo {
-            code: None,
-            signal: Some(11),
-            ours: true,
-        }),
-    );
+    feed(&mut j, 2, Input::Exit(ExitInfo { code: None, signal: Some(11), ours: true }));
     assert_eq!(j.state(), Verdict::Crashed);
     assert_eq!(j.report().unwrap().cause, Some(Cause::Segfault));
 }
@@ -410,11 +261,8 @@ fn orderly_shutdown_after_ready_stays_ready() {
 #[test]
 fn unknown_durations_are_not_invented() {
     let p = builtin();
-    let r = diagnose_text(
-        p,
-        Some("llama-cpp"),
-        "srv    load_model: loading model 'x'\nsrv  llama_server: model loaded\n",
-    );
+    let r =
+        diagnose_text(p, Some("llama-cpp"), "srv    load_model: loading model 'x'\nsrv  llama_server: model loaded\n");
     assert_eq!(r.verdict, Verdict::Ready);
     assert!(r.timeline.iter().all(|e| e.duration_ms.is_none()));
     assert_eq!(r.elapsed_ms, None);

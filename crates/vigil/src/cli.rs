@@ -31,10 +31,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (t, 1.0)
     };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad duration '{s}' (use e.g. 90s, 5m, 1h, 500ms)"))?;
+    let v: f64 = num.trim().parse().map_err(|_| format!("bad duration '{s}' (use e.g. 90s, 5m, 1h, 500ms)"))?;
     if !v.is_finite() || v < 0.0 || v * mult > 1e9 {
         return Err(format!("bad duration '{s}'"));
     }
@@ -53,10 +50,7 @@ pub fn parse_stalls(v: &[String]) -> Result<Stalls, CliError> {
             Some((p, d)) => {
                 let phase = Phase::parse(p.trim()).ok_or_else(|| {
                     let names: Vec<_> = Phase::ALL.iter().map(|p| p.as_str()).collect();
-                    CliError::usage(format!(
-                        "--stall: unknown phase '{p}' (one of {})",
-                        names.join(", ")
-                    ))
+                    CliError::usage(format!("--stall: unknown phase '{p}' (one of {})", names.join(", ")))
                 })?;
                 let d = parse_duration(d).map_err(|e| CliError::usage(format!("--stall: {e}")))?;
                 per.push((phase, d.as_millis() as u64));
@@ -102,8 +96,8 @@ pub fn load_profiles(extra: &[PathBuf]) -> Result<Profiles, CliError> {
             .collect();
         names.sort();
         for p in names {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| CliError::usage(format!("profile {}: {e}", p.display())))?;
+            let text =
+                std::fs::read_to_string(&p).map_err(|e| CliError::usage(format!("profile {}: {e}", p.display())))?;
             files.push((p.display().to_string(), text));
         }
     }

@@ -32,22 +32,13 @@ pub fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
     Ok(code)
 }
 
-fn one(
-    path: &str,
-    a: &Args,
-    profiles: &Profiles,
-    rep: &mut Reporter,
-    many: bool,
-) -> Result<i32, CliError> {
+fn one(path: &str, a: &Args, profiles: &Profiles, rep: &mut Reporter, many: bool) -> Result<i32, CliError> {
     let mut file: Box<dyn Read> = if path == "-" {
         Box::new(std::io::stdin())
     } else {
-        let f = std::fs::File::open(path)
-            .map_err(|e| CliError::usage(format!("cannot read {path}: {e}")))?;
+        let f = std::fs::File::open(path).map_err(|e| CliError::usage(format!("cannot read {path}: {e}")))?;
         if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-            return Err(CliError::usage(format!(
-                "cannot read {path}: is a directory"
-            )));
+            return Err(CliError::usage(format!("cannot read {path}: is a directory")));
         }
         Box::new(f)
     };
@@ -59,17 +50,9 @@ fn one(
     let mut buf = vec![0u8; 256 * 1024];
     let mut lineno: u64 = 0;
     let mut announced = false;
-    let mut handle = |raw: String,
-                      c: &mut Classifier,
-                      j: &mut Judge,
-                      rep: &mut Reporter,
-                      lineno: &mut u64| {
+    let mut handle = |raw: String, c: &mut Classifier, j: &mut Judge, rep: &mut Reporter, lineno: &mut u64| {
         *lineno += 1;
-        let mut feed = |raw: &str,
-                        n: u64,
-                        c: &mut Classifier,
-                        j: &mut Judge,
-                        rep: &mut Reporter| {
+        let mut feed = |raw: &str, n: u64, c: &mut Classifier, j: &mut Judge, rep: &mut Reporter| {
             if raw.trim().is_empty() {
                 return;
             }
@@ -79,9 +62,7 @@ fn one(
                     announced = true;
                     j.set_server(&k.name);
                     if rep.mode == Mode::Json {
-                        rep.json(
-                            serde_json::json!({"event": "detected", "server": k.name, "line": n}),
-                        );
+                        rep.json(serde_json::json!({"event": "detected", "server": k.name, "line": n}));
                     }
                 }
             }
@@ -107,10 +88,7 @@ fn one(
                 }
             }
             let at = stamper.at(line.stamp);
-            for ev in j.feed(Fact {
-                at,
-                input: Input::Line(Box::new(line)),
-            }) {
+            for ev in j.feed(Fact { at, input: Input::Line(Box::new(line)) }) {
                 let t = ev_time(&ev);
                 if !matches!(ev, vigil_core::Event::Verdict(_)) && rep.mode == Mode::Json {
                     rep.event(t, &ev);
@@ -143,15 +121,9 @@ fn one(
     }
     for held in header.release() {
         let line = c.classify(&held);
-        j.feed(Fact {
-            at: None,
-            input: Input::Line(Box::new(line)),
-        });
+        j.feed(Fact { at: None, input: Input::Line(Box::new(line)) });
     }
-    j.feed(Fact {
-        at: None,
-        input: Input::Eof,
-    });
+    j.feed(Fact { at: None, input: Input::Eof });
     let r = j.final_report();
     let t = r.elapsed_ms.unwrap_or(0);
     rep.verdict(t, &r, many.then_some(path));

@@ -20,6 +20,8 @@ pub const STARTING: i32 = 7;
 pub const REFUSED: i32 = 8;
 /// `down`: some process of the tree would not die (named in the output).
 pub const NOT_STOPPED: i32 = 9;
+/// `check` (or `up` running it) found errors: nothing was launched.
+pub const CHECK_FAILED: i32 = 10;
 /// vigil was interrupted (SIGINT / SIGTERM) before a verdict.
 pub const INTERRUPTED: i32 = 130;
 

@@ -36,18 +36,14 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
                 Ok(f) => {
                     let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
                     if waited_note {
-                        let _ =
-                            tx.send(SourceMsg::Note(format!("log {} appeared", path.display())));
+                        let _ = tx.send(SourceMsg::Note(format!("log {} appeared", path.display())));
                     }
                     file = Some((f, ino));
                     offset = 0;
                 }
                 Err(_) => {
                     if !waited_note {
-                        let _ = tx.send(SourceMsg::Note(format!(
-                            "waiting for log {} to appear",
-                            path.display()
-                        )));
+                        let _ = tx.send(SourceMsg::Note(format!("waiting for log {} to appear", path.display())));
                         waited_note = true;
                     }
                     tokio::time::sleep(POLL).await;
@@ -62,9 +58,7 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
                 if let Some(l) = split.finish() {
                     let _ = tx.send(SourceMsg::Line(l));
                 }
-                let _ = tx.send(SourceMsg::Note(
-                    "log truncated: reading it again from the start".into(),
-                ));
+                let _ = tx.send(SourceMsg::Note("log truncated: reading it again from the start".into()));
                 offset = 0;
                 let _ = f.seek(SeekFrom::Start(0));
             }
@@ -91,9 +85,7 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
                     if let Some(l) = split.finish() {
                         let _ = tx.send(SourceMsg::Line(l));
                     }
-                    let _ = tx.send(SourceMsg::Note(
-                        "log replaced (rotated): following the new file".into(),
-                    ));
+                    let _ = tx.send(SourceMsg::Note("log replaced (rotated): following the new file".into()));
                     file = None;
                     continue;
                 }
@@ -105,10 +97,7 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
 }
 
 /// Reads any async stream (stdin, a child's pipe) into lines until EOF.
-pub async fn read_stream<R: tokio::io::AsyncRead + Unpin>(
-    mut r: R,
-    tx: UnboundedSender<SourceMsg>,
-) {
+pub async fn read_stream<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: UnboundedSender<SourceMsg>) {
     let mut split = Splitter::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -125,10 +114,7 @@ pub async fn read_stream<R: tokio::io::AsyncRead + Unpin>(
 }
 
 /// Runs `sh -c CMD` and reads its stdout and stderr as log lines.
-pub fn spawn_log_cmd(
-    cmd: &str,
-    tx: UnboundedSender<SourceMsg>,
-) -> std::io::Result<tokio::process::Child> {
+pub fn spawn_log_cmd(cmd: &str, tx: UnboundedSender<SourceMsg>) -> std::io::Result<tokio::process::Child> {
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(cmd)
@@ -150,9 +136,7 @@ pub fn pid_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => {
             // state is the field after the last ')' (the command name may contain spaces and parens)
-            let state = s
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next());
+            let state = s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
             !matches!(state, Some("Z") | Some("X") | None)
         }
         Err(_) => false,
@@ -162,11 +146,8 @@ pub fn pid_alive(pid: i32) -> bool {
 /// The command line of a process (`/proc/PID/cmdline`), if readable.
 pub fn cmdline(pid: i32) -> Option<Vec<String>> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let v: Vec<String> = raw
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+    let v: Vec<String> =
+        raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     (!v.is_empty()).then_some(v)
 }
 
@@ -188,10 +169,7 @@ mod tests {
 
     #[test]
     fn arg_values() {
-        let a: Vec<String> = ["x", "--port", "30000", "--node-rank=1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let a: Vec<String> = ["x", "--port", "30000", "--node-rank=1"].iter().map(|s| s.to_string()).collect();
         assert_eq!(arg_value(&a, "--port"), Some("30000"));
         assert_eq!(arg_value(&a, "--node-rank"), Some("1"));
         assert_eq!(arg_value(&a, "--tp"), None);

@@ -25,11 +25,7 @@ struct LogWriter {
 }
 
 fn open_log(p: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(p)
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(p)
 }
 
 fn replace_all(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
@@ -125,13 +121,7 @@ fn block_signals() -> libc::sigset_t {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for s in [
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGUSR1,
-            libc::SIGQUIT,
-        ] {
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR1, libc::SIGQUIT] {
             libc::sigaddset(&mut set, s);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
@@ -148,10 +138,7 @@ pub fn main(dir: PathBuf) -> i32 {
     let Some(rec) = run::read_json::<RunRecord>(&dir.join("run.json")) else {
         return 2;
     };
-    let secrets: Secrets = run::secrets_path(&rec.name)
-        .ok()
-        .and_then(|p| run::read_json(&p))
-        .unwrap_or_default();
+    let secrets: Secrets = run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
     let (argv, env) = run::unredact(&rec, &secrets);
     let me = std::process::id() as i32;
     // SAFETY: prctl with constant arguments.
@@ -159,11 +146,7 @@ pub fn main(dir: PathBuf) -> i32 {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
     let set = block_signals();
-    let mut st = State {
-        keeper_pid: me,
-        started_unix_ms: run::now_ms(),
-        ..State::default()
-    };
+    let mut st = State { keeper_pid: me, started_unix_ms: run::now_ms(), ..State::default() };
 
     let log_path = PathBuf::from(&rec.log);
     let file = match open_log(&log_path) {
@@ -181,10 +164,7 @@ pub fn main(dir: PathBuf) -> i32 {
         size,
         max: rec.log_max_bytes,
         keep: rec.log_keep.max(1),
-        secrets: run::secret_values(&secrets)
-            .into_iter()
-            .map(String::into_bytes)
-            .collect(),
+        secrets: run::secret_values(&secrets).into_iter().map(String::into_bytes).collect(),
     }));
 
     let mut cmd = std::process::Command::new(&argv[0]);
@@ -249,10 +229,7 @@ pub fn main(dir: PathBuf) -> i32 {
                 serde_json::json!({"event": "signal", "signal": signal, "pids": pids, "t_unix_ms": run::now_ms()}),
             );
         });
-        run::append_event(
-            &sdir,
-            serde_json::json!({"event": "stopped", "t_unix_ms": run::now_ms(), "report": rep}),
-        );
+        run::append_event(&sdir, serde_json::json!({"event": "stopped", "t_unix_ms": run::now_ms(), "report": rep}));
     });
 
     // Reap every descendant (we are their subreaper); record the server's status.

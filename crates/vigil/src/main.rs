@@ -1,9 +1,11 @@
 //! vigil: brings up and watches LLM inference servers.
 
+mod check;
 mod cli;
 mod diagnose;
 mod exit;
 mod follow;
+mod gguf;
 mod keeper;
 mod lines;
 mod probe;
@@ -128,6 +130,15 @@ enum Cmd {
     },
     /// List the server profiles (built-in and user).
     Profiles,
+    /// Check a server command, its model configs and this machine before launching.
+    Check {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, value_name = "KIND")]
+        server: Option<String>,
+        #[arg(last = true, required = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
     /// Launch a server under a keeper and watch it until a verdict.
     Up {
         #[command(flatten)]
@@ -210,6 +221,9 @@ struct UpFlags {
     /// Rotate the run log at this size (bytes; suffixes k, m).
     #[arg(long, default_value = "64m", value_parser = parse_size)]
     log_max_size: u64,
+    /// Skip the preflight check (vigil check) before launching.
+    #[arg(long)]
+    no_check: bool,
     /// Do not probe the health URL: the log alone proves readiness.
     #[arg(long)]
     no_probe: bool,
@@ -240,6 +254,7 @@ impl UpFlags {
             log_max_bytes: self.log_max_size,
             log_keep: self.log_keep,
             no_probe: self.no_probe,
+            no_check: self.no_check,
             cmd,
         }
     }
@@ -256,9 +271,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
     } else {
         (t.as_str(), 1)
     };
-    n.parse::<u64>()
-        .map(|v| v * m)
-        .map_err(|_| format!("bad size '{s}' (e.g. 64m, 512k)"))
+    n.parse::<u64>().map(|v| v * m).map_err(|_| format!("bad size '{s}' (e.g. 64m, 512k)"))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
@@ -288,32 +301,14 @@ fn run(cli: Cli) -> Result<i32, CliError> {
     if let Cmd::Keeper { dir } = cli.cmd {
         return Ok(keeper::main(dir));
     }
-    if !matches!(
-        cli.cmd,
-        Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. }
-    ) {
+    if !matches!(cli.cmd, Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. }) {
         install_interrupt_handlers();
     }
     let profiles = load_profiles(&cli.profiles)?;
     match cli.cmd {
-        Cmd::Diagnose {
-            files,
-            json,
-            explain,
-            quiet,
-            server,
-        } => {
+        Cmd::Diagnose { files, json, explain, quiet, server } => {
             check_server(&profiles, &server)?;
-            diagnose::run(
-                diagnose::Args {
-                    files,
-                    json,
-                    explain,
-                    quiet,
-                    server,
-                },
-                &profiles,
-            )
+            diagnose::run(diagnose::Args { files, json, explain, quiet, server }, &profiles)
         }
         Cmd::Wait {
             name,
@@ -347,17 +342,12 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                 pid = pid.or(st.server_pid);
                 server = server.or(rec.server.clone());
                 if url.is_none() {
-                    if let (Some(p), Some(pr)) =
-                        (rec.port, rec.server.as_ref().and_then(|k| profiles.get(k)))
-                    {
+                    if let (Some(p), Some(pr)) = (rec.port, rec.server.as_ref().and_then(|k| profiles.get(k))) {
                         url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
                     }
                 }
                 exit_state = Some(dir.join("state.json"));
-                if let Some(s) = run::secrets_path(n)
-                    .ok()
-                    .and_then(|p| run::read_json::<run::Secrets>(&p))
-                {
+                if let Some(s) = run::secrets_path(n).ok().and_then(|p| run::read_json::<run::Secrets>(&p)) {
                     secrets = run::secret_values(&s);
                 }
             }
@@ -387,23 +377,15 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             check_server(&profiles, &f.server)?;
             runtime()?.block_on(up::up(f.into_args(cmd), profiles))
         }
-        Cmd::Restart { name, up: f } => {
-            runtime()?.block_on(up::restart(&name, f.into_args(vec![]), profiles))
-        }
-        Cmd::Down {
-            names,
-            all,
-            pid,
-            grace,
-            json,
-        } => up::down(names, all, pid, grace, json),
+        Cmd::Restart { name, up: f } => runtime()?.block_on(up::restart(&name, f.into_args(vec![]), profiles)),
+        Cmd::Down { names, all, pid, grace, json } => up::down(names, all, pid, grace, json),
         Cmd::Status { json } => up::status(json, &profiles),
-        Cmd::Logs {
-            name,
-            follow,
-            lines,
-        } => up::logs(&name, follow, lines),
+        Cmd::Logs { name, follow, lines } => up::logs(&name, follow, lines),
         Cmd::Ps { json } => up::ps(json),
+        Cmd::Check { json, server, cmd } => {
+            check_server(&profiles, &server)?;
+            check::run(cmd, server, json, &profiles)
+        }
         Cmd::Keeper { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
             for p in &profiles.list {

@@ -16,21 +16,14 @@ pub struct Target {
 
 impl Target {
     pub fn parse(url: &str) -> Result<Target, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("--url must start with http:// (got '{url}')"))?;
+        let rest = url.strip_prefix("http://").ok_or_else(|| format!("--url must start with http:// (got '{url}')"))?;
         let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].to_string()),
             None => (rest, "/".to_string()),
         };
         let (host, port) = if let Some(h) = hostport.strip_prefix('[') {
-            let (h, p) = h
-                .split_once(']')
-                .ok_or_else(|| format!("bad IPv6 host in --url '{url}'"))?;
-            (
-                h.to_string(),
-                p.strip_prefix(':').unwrap_or("80").to_string(),
-            )
+            let (h, p) = h.split_once(']').ok_or_else(|| format!("bad IPv6 host in --url '{url}'"))?;
+            (h.to_string(), p.strip_prefix(':').unwrap_or("80").to_string())
         } else {
             match hostport.rsplit_once(':') {
                 Some((h, p)) => (h.to_string(), p.to_string()),
@@ -40,9 +33,7 @@ impl Target {
         if host.is_empty() {
             return Err(format!("no host in --url '{url}'"));
         }
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("bad port in --url '{url}'"))?;
+        let port: u16 = port.parse().map_err(|_| format!("bad port in --url '{url}'"))?;
         if path.contains(['\r', '\n', ' ']) {
             return Err(format!("bad path in --url '{url}'"));
         }
@@ -79,24 +70,10 @@ pub async fn probe(t: &Target, timeout: Duration, bearer: Option<&str>) -> Probe
             latency,
             note: format!("no answer within {:.1}s", timeout.as_secs_f64()),
         },
-        Ok(Err((o, note))) => ProbeResult {
-            outcome: o,
-            status: None,
-            latency,
-            note,
-        },
+        Ok(Err((o, note))) => ProbeResult { outcome: o, status: None, latency, note },
         Ok(Ok(code)) => {
-            let outcome = if (200..300).contains(&code) {
-                ProbeOutcome::Ok
-            } else {
-                ProbeOutcome::NotReady
-            };
-            ProbeResult {
-                outcome,
-                status: Some(code),
-                latency,
-                note: format!("HTTP {code}"),
-            }
+            let outcome = if (200..300).contains(&code) { ProbeOutcome::Ok } else { ProbeOutcome::NotReady };
+            ProbeResult { outcome, status: Some(code), latency, note: format!("HTTP {code}") }
         }
     }
 }
@@ -109,11 +86,7 @@ async fn attempt(t: &Target, bearer: Option<&str>) -> Result<u16, (ProbeOutcome,
         }
         Err(e) => return Err((ProbeOutcome::Error, format!("connect: {e}"))),
     };
-    let host = if t.host.contains(':') {
-        format!("[{}]", t.host)
-    } else {
-        t.host.clone()
-    };
+    let host = if t.host.contains(':') { format!("[{}]", t.host) } else { t.host.clone() };
     let mut req = format!(
         "GET {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: vigil\r\nAccept: */*\r\nConnection: close\r\n",
         t.path, host, t.port
@@ -122,16 +95,11 @@ async fn attempt(t: &Target, bearer: Option<&str>) -> Result<u16, (ProbeOutcome,
         req.push_str(&format!("Authorization: Bearer {b}\r\n"));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(|e| (ProbeOutcome::Error, format!("send: {e}")))?;
+    s.write_all(req.as_bytes()).await.map_err(|e| (ProbeOutcome::Error, format!("send: {e}")))?;
     let mut head = Vec::with_capacity(256);
     let mut buf = [0u8; 1024];
     loop {
-        let n = s
-            .read(&mut buf)
-            .await
-            .map_err(|e| (ProbeOutcome::Error, format!("read: {e}")))?;
+        let n = s.read(&mut buf).await.map_err(|e| (ProbeOutcome::Error, format!("read: {e}")))?;
         if n == 0 {
             break;
         }
@@ -140,10 +108,7 @@ async fn attempt(t: &Target, bearer: Option<&str>) -> Result<u16, (ProbeOutcome,
             break;
         }
     }
-    let line_end = head
-        .windows(2)
-        .position(|w| w == b"\r\n")
-        .unwrap_or(head.len());
+    let line_end = head.windows(2).position(|w| w == b"\r\n").unwrap_or(head.len());
     let status_line = String::from_utf8_lossy(&head[..line_end]);
     let mut parts = status_line.split_whitespace();
     match (parts.next(), parts.next()) {
@@ -152,10 +117,7 @@ async fn attempt(t: &Target, bearer: Option<&str>) -> Result<u16, (ProbeOutcome,
             .ok()
             .filter(|c| (100..600).contains(c))
             .ok_or((ProbeOutcome::Error, "bad status line".into())),
-        _ if head.is_empty() => Err((
-            ProbeOutcome::Error,
-            "connection closed without an answer".into(),
-        )),
+        _ if head.is_empty() => Err((ProbeOutcome::Error, "connection closed without an answer".into())),
         _ => Err((ProbeOutcome::Error, "not an HTTP answer".into())),
     }
 }
@@ -167,10 +129,7 @@ mod tests {
     #[test]
     fn parses_urls() {
         let t = Target::parse("http://127.0.0.1:8080/health").unwrap();
-        assert_eq!(
-            (t.host.as_str(), t.port, t.path.as_str()),
-            ("127.0.0.1", 8080, "/health")
-        );
+        assert_eq!((t.host.as_str(), t.port, t.path.as_str()), ("127.0.0.1", 8080, "/health"));
         let t = Target::parse("http://[::1]:9/x").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 9));
         assert_eq!(Target::parse("http://h").unwrap().port, 80);

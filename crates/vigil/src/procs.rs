@@ -34,9 +34,7 @@ pub fn all_procs() -> Vec<Proc> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return vec![];
     };
-    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(read_proc)
-        .collect()
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter_map(read_proc).collect()
 }
 
 /// Live (non-zombie) descendants of `root`, not including it.
@@ -68,12 +66,7 @@ pub fn alive(pid: i32) -> bool {
 
 /// Seconds since the process started.
 pub fn age_secs(p: &Proc) -> Option<u64> {
-    let up: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
+    let up: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
     // SAFETY: sysconf is always safe to call.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     Some((up - p.start_ticks as f64 / hz).max(0.0) as u64)
@@ -91,11 +84,7 @@ fn listening() -> Vec<(u16, u64)> {
             if cols.len() < 10 || cols[3] != "0A" {
                 continue;
             }
-            let Some(port) = cols[1]
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok())
-            else {
+            let Some(port) = cols[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) else {
                 continue;
             };
             if let Ok(ino) = cols[9].parse::<u64>() {
@@ -126,11 +115,7 @@ fn socket_inodes(pid: i32) -> BTreeSet<u64> {
 /// TCP ports a process listens on.
 pub fn ports_of(pid: i32) -> Vec<u16> {
     let inodes = socket_inodes(pid);
-    let mut v: Vec<u16> = listening()
-        .into_iter()
-        .filter(|(_, i)| inodes.contains(i))
-        .map(|(p, _)| p)
-        .collect();
+    let mut v: Vec<u16> = listening().into_iter().filter(|(_, i)| inodes.contains(i)).map(|(p, _)| p).collect();
     v.sort();
     v.dedup();
     v
@@ -138,19 +123,13 @@ pub fn ports_of(pid: i32) -> Vec<u16> {
 
 /// Who listens on `port` (pid and command line), if this user can see it.
 pub fn port_holder(port: u16) -> Option<(i32, String)> {
-    let inodes: BTreeSet<u64> = listening()
-        .into_iter()
-        .filter(|(p, _)| *p == port)
-        .map(|(_, i)| i)
-        .collect();
+    let inodes: BTreeSet<u64> = listening().into_iter().filter(|(p, _)| *p == port).map(|(_, i)| i).collect();
     if inodes.is_empty() {
         return None;
     }
     for p in all_procs() {
         if socket_inodes(p.pid).iter().any(|i| inodes.contains(i)) {
-            let cmd = crate::follow::cmdline(p.pid)
-                .map(|v| v.join(" "))
-                .unwrap_or(p.comm);
+            let cmd = crate::follow::cmdline(p.pid).map(|v| v.join(" ")).unwrap_or(p.comm);
             return Some((p.pid, cmd));
         }
     }
@@ -159,8 +138,7 @@ pub fn port_holder(port: u16) -> Option<(i32, String)> {
 
 /// Is the port free to bind on this machine (any address)?
 pub fn port_free(port: u16) -> bool {
-    std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
-        && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+    std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
 pub fn signal(pid: i32, sig: i32) -> bool {
@@ -186,26 +164,15 @@ pub struct StopReport {
 
 /// Stops `root` and its descendants: SIGTERM to all, wait up to `grace`, SIGKILL what is left,
 /// then wait (bounded) until every one is gone. New descendants that appear meanwhile are included.
-pub fn stop_tree(
-    root: i32,
-    include_root: bool,
-    grace: Duration,
-    on_event: &mut dyn FnMut(&str, &[i32]),
-) -> StopReport {
+pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut dyn FnMut(&str, &[i32])) -> StopReport {
     let t0 = Instant::now();
     let mut all: BTreeMap<i32, (String, String)> = BTreeMap::new();
     let tree = |all: &mut BTreeMap<i32, (String, String)>| {
         let mut v = if include_root { vec![root] } else { vec![] };
         v.extend(descendants(root));
         for p in v.iter().copied().filter(|p| alive(*p)) {
-            all.entry(p).or_insert_with(|| {
-                (
-                    crate::follow::cmdline(p)
-                        .map(|c| c.join(" "))
-                        .unwrap_or_default(),
-                    String::new(),
-                )
-            });
+            all.entry(p)
+                .or_insert_with(|| (crate::follow::cmdline(p).map(|c| c.join(" ")).unwrap_or_default(), String::new()));
         }
         v.into_iter().filter(|p| alive(*p)).collect::<Vec<_>>()
     };
@@ -248,43 +215,22 @@ pub fn stop_tree(
     let mut stopped = Vec::new();
     let mut survivors = Vec::new();
     for (pid, (cmd, how)) in all {
-        let s = Stopped {
-            pid,
-            cmd,
-            how: if how.is_empty() {
-                "already gone".into()
-            } else {
-                how
-            },
-        };
+        let s = Stopped { pid, cmd, how: if how.is_empty() { "already gone".into() } else { how } };
         if alive(pid) {
             survivors.push(s);
         } else {
             stopped.push(s);
         }
     }
-    StopReport {
-        stopped,
-        survivors,
-        elapsed_ms: t0.elapsed().as_millis() as u64,
-    }
+    StopReport { stopped, survivors, elapsed_ms: t0.elapsed().as_millis() as u64 }
 }
 
 /// Patterns of inference servers, by process title and command line.
 pub const SERVER_PATTERNS: &[(&str, &str)] = &[
-    (
-        "sglang",
-        r"sglang::scheduler|sglang::detokenizer|sglang::data_parallel|sglang\.launch_server|sglang serve",
-    ),
-    (
-        "vllm",
-        r"VLLM::EngineCore|VLLM::Worker_TP|vllm serve|vllm\.entrypoints",
-    ),
+    ("sglang", r"sglang::scheduler|sglang::detokenizer|sglang::data_parallel|sglang\.launch_server|sglang serve"),
+    ("vllm", r"VLLM::EngineCore|VLLM::Worker_TP|vllm serve|vllm\.entrypoints"),
     ("llama-cpp", r"(?:^|/)llama-server(?:\s|$)"),
-    (
-        "tgi",
-        r"text-generation-launcher|text-generation-server|text-generation-router",
-    ),
+    ("tgi", r"text-generation-launcher|text-generation-server|text-generation-router"),
 ];
 
 #[cfg(test)]

@@ -106,9 +106,7 @@ impl Reporter {
 
     pub fn note(&mut self, t_ms: u64, msg: &str) {
         match self.mode {
-            Mode::Json => {
-                self.json(serde_json::json!({"event": "note", "t_ms": t_ms, "message": msg}))
-            }
+            Mode::Json => self.json(serde_json::json!({"event": "note", "t_ms": t_ms, "message": msg})),
             Mode::Quiet => {}
             _ => self.print(&format!("[{:>7}] {msg}", fmt_t(t_ms))),
         }
@@ -117,9 +115,7 @@ impl Reporter {
     /// `--echo`: a log line as read.
     pub fn echo(&mut self, t_ms: u64, line: &str) {
         match self.mode {
-            Mode::Json => {
-                self.json(serde_json::json!({"event": "line", "t_ms": t_ms, "text": line}))
-            }
+            Mode::Json => self.json(serde_json::json!({"event": "line", "t_ms": t_ms, "text": line})),
             _ => self.print(&format!("  | {line}")),
         }
     }
@@ -135,21 +131,8 @@ impl Reporter {
                 self.json(v);
             }
             (Mode::Quiet, _) => {}
-            (
-                _,
-                Event::Phase {
-                    phase,
-                    from,
-                    laggards,
-                    ..
-                },
-            ) => {
-                let mut s = format!(
-                    "[{:>7}] phase {} → {}",
-                    fmt_t(t_ms),
-                    from,
-                    self.paint(phase.as_str(), "1")
-                );
+            (_, Event::Phase { phase, from, laggards, .. }) => {
+                let mut s = format!("[{:>7}] phase {} → {}", fmt_t(t_ms), from, self.paint(phase.as_str(), "1"));
                 if !laggards.is_empty() {
                     s.push_str(&format!("  (behind: {})", laggards.join(", ")));
                 }
@@ -177,10 +160,7 @@ impl Reporter {
         }
         match self.mode {
             Mode::Tty => {
-                if self
-                    .last_live
-                    .is_some_and(|t| t.elapsed() < Duration::from_millis(200))
-                {
+                if self.last_live.is_some_and(|t| t.elapsed() < Duration::from_millis(200)) {
                     return;
                 }
                 self.last_live = Some(Instant::now());

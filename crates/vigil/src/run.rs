@@ -58,10 +58,7 @@ pub struct StopRequest {
 }
 
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 fn home() -> Option<PathBuf> {
@@ -74,18 +71,8 @@ fn home() -> Option<PathBuf> {
         let mut pw: libc::passwd = std::mem::zeroed();
         let mut buf = vec![0 as libc::c_char; 4096];
         let mut out: *mut libc::passwd = std::ptr::null_mut();
-        if libc::getpwuid_r(
-            libc::getuid(),
-            &mut pw,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut out,
-        ) == 0
-            && !out.is_null()
-        {
-            let dir = std::ffi::CStr::from_ptr(pw.pw_dir)
-                .to_string_lossy()
-                .into_owned();
+        if libc::getpwuid_r(libc::getuid(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) == 0 && !out.is_null() {
+            let dir = std::ffi::CStr::from_ptr(pw.pw_dir).to_string_lossy().into_owned();
             return Some(PathBuf::from(dir));
         }
     }
@@ -97,17 +84,12 @@ pub fn state_root() -> Result<PathBuf, CliError> {
     if let Some(d) = std::env::var_os("VIGIL_STATE_DIR").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(d));
     }
-    if let Some(d) = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute())
-    {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).filter(|d| d.is_absolute()) {
         return Ok(d.join("vigil"));
     }
-    home().map(|h| h.join(".local/state/vigil")).ok_or_else(|| {
-        CliError::usage(
-            "cannot find the state directory: set HOME, XDG_STATE_HOME or VIGIL_STATE_DIR",
-        )
-    })
+    home()
+        .map(|h| h.join(".local/state/vigil"))
+        .ok_or_else(|| CliError::usage("cannot find the state directory: set HOME, XDG_STATE_HOME or VIGIL_STATE_DIR"))
 }
 
 pub fn runs_dir() -> Result<PathBuf, CliError> {
@@ -118,13 +100,9 @@ pub fn valid_name(n: &str) -> Result<(), CliError> {
     if n.is_empty()
         || n.len() > 64
         || n.starts_with('.')
-        || !n
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        || !n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     {
-        return Err(CliError::usage(format!(
-            "bad run name '{n}': use letters, digits, '-', '_', '.' (at most 64)"
-        )));
+        return Err(CliError::usage(format!("bad run name '{n}': use letters, digits, '-', '_', '.' (at most 64)")));
     }
     Ok(())
 }
@@ -152,12 +130,7 @@ pub fn mkdir_private(p: &Path) -> Result<(), CliError> {
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CliError> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let res = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -178,11 +151,7 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
 }
 
 pub fn append_event(dir: &Path, v: serde_json::Value) {
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(dir.join("events.jsonl"))
+    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(dir.join("events.jsonl"))
     {
         let _ = writeln!(f, "{v}");
     }
@@ -197,13 +166,7 @@ pub fn read_events(dir: &Path) -> Vec<serde_json::Value> {
 }
 
 /// Flags whose next argument (or `=value`) is a secret.
-const SECRET_FLAGS: &[&str] = &[
-    "--api-key",
-    "--hf-token",
-    "--token",
-    "--admin-api-key",
-    "--api-keys",
-];
+const SECRET_FLAGS: &[&str] = &["--api-key", "--hf-token", "--token", "--admin-api-key", "--api-keys"];
 
 /// Is this environment variable a secret? (`HF_TOKEN`, `*_API_KEY`, `*_TOKEN`, `*_SECRET*`, `*PASSWORD*`)
 pub fn secret_var(k: &str) -> bool {
@@ -218,10 +181,7 @@ pub fn secret_var(k: &str) -> bool {
 }
 
 /// Splits a command and an environment into a redacted copy and the secrets it held.
-pub fn redact(
-    argv: &[String],
-    env: &[(String, String)],
-) -> (Vec<String>, Vec<(String, String)>, Secrets) {
+pub fn redact(argv: &[String], env: &[(String, String)]) -> (Vec<String>, Vec<(String, String)>, Secrets) {
     let mut s = Secrets::default();
     let mut out = argv.to_vec();
     let mut i = 0;
@@ -322,27 +282,17 @@ mod tests {
 
     #[test]
     fn redacts_flags_and_vars() {
-        let argv: Vec<String> = [
-            "srv",
-            "--api-key",
-            "sk-1234",
-            "--hf-token=hf_abcd",
-            "--port",
-            "1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let argv: Vec<String> = ["srv", "--api-key", "sk-1234", "--hf-token=hf_abcd", "--port", "1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let env = vec![
             ("HF_TOKEN".to_string(), "hf_zzzz".to_string()),
             ("NCCL_DEBUG".into(), "INFO".into()),
             ("OPENAI_API_KEY".into(), "sk-env".into()),
         ];
         let (a, e, s) = redact(&argv, &env);
-        assert_eq!(
-            a,
-            vec!["srv", "--api-key", "***", "--hf-token=***", "--port", "1"]
-        );
+        assert_eq!(a, vec!["srv", "--api-key", "***", "--hf-token=***", "--port", "1"]);
         assert_eq!(e[0].1, "***");
         assert_eq!(e[1].1, "INFO");
         assert_eq!(e[2].1, "***");

@@ -29,12 +29,12 @@ pub struct UpArgs {
     pub log_max_bytes: u64,
     pub log_keep: u32,
     pub no_probe: bool,
+    pub no_check: bool,
     pub cmd: Vec<String>,
 }
 
 fn parse_env_file(p: &Path) -> Result<Vec<(String, String)>, CliError> {
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| CliError::usage(format!("--env-file {}: {e}", p.display())))?;
+    let text = std::fs::read_to_string(p).map_err(|e| CliError::usage(format!("--env-file {}: {e}", p.display())))?;
     let mut v = Vec::new();
     for (i, l) in text.lines().enumerate() {
         let l = l.trim();
@@ -42,18 +42,11 @@ fn parse_env_file(p: &Path) -> Result<Vec<(String, String)>, CliError> {
             continue;
         }
         let l = l.strip_prefix("export ").unwrap_or(l);
-        let (k, val) = l.split_once('=').ok_or_else(|| {
-            CliError::usage(format!(
-                "--env-file {}:{}: expected KEY=VALUE",
-                p.display(),
-                i + 1
-            ))
-        })?;
+        let (k, val) = l
+            .split_once('=')
+            .ok_or_else(|| CliError::usage(format!("--env-file {}:{}: expected KEY=VALUE", p.display(), i + 1)))?;
         let val = val.trim();
-        let val = val
-            .strip_prefix('"')
-            .and_then(|x| x.strip_suffix('"'))
-            .unwrap_or(val);
+        let val = val.strip_prefix('"').and_then(|x| x.strip_suffix('"')).unwrap_or(val);
         v.push((k.trim().to_string(), val.to_string()));
     }
     Ok(v)
@@ -92,10 +85,7 @@ pub async fn up(a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
             "up: give the server command after --, e.g. vigil up -- llama-server -m model.gguf",
         ));
     }
-    let kind = a
-        .server
-        .clone()
-        .or_else(|| profiles.detect_cmd(&a.cmd).map(String::from));
+    let kind = a.server.clone().or_else(|| profiles.detect_cmd(&a.cmd).map(String::from));
     let name = match &a.name {
         Some(n) => n.clone(),
         None => kind.clone().unwrap_or_else(|| {
@@ -106,12 +96,7 @@ pub async fn up(a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
         }),
     };
     let mut env: Vec<(String, String)> = std::env::vars_os()
-        .map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        })
+        .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
     if let Some(f) = &a.env_file {
         for (k, v) in parse_env_file(f)? {
@@ -119,13 +104,10 @@ pub async fn up(a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
         }
     }
     for kv in &a.env {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| CliError::usage(format!("--env {kv}: expected KEY=VALUE")))?;
+        let (k, v) = kv.split_once('=').ok_or_else(|| CliError::usage(format!("--env {kv}: expected KEY=VALUE")))?;
         set_env(&mut env, k, v);
     }
-    let cwd =
-        std::env::current_dir().map_err(|e| CliError::usage(format!("current directory: {e}")))?;
+    let cwd = std::env::current_dir().map_err(|e| CliError::usage(format!("current directory: {e}")))?;
     launch(&name, a.cmd.clone(), env, cwd, kind, &a, profiles).await
 }
 
@@ -168,8 +150,7 @@ async fn launch(
         if !procs::port_free(p) {
             let holder = match procs::port_holder(p) {
                 Some((pid, cmd)) => {
-                    let (red, _, _) =
-                        run::redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]);
+                    let (red, _, _) = run::redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]);
                     format!("pid {pid} ({})", red.join(" "))
                 }
                 None => "a process this user cannot see".into(),
@@ -179,17 +160,27 @@ async fn launch(
             return Ok(exit::REFUSED);
         }
     }
+    if !a.no_check {
+        let rep = crate::check::check(
+            &crate::check::Inputs { argv: &argv, server: kind.clone(), env: &env, cwd: &cwd },
+            &profiles,
+        )?;
+        if rep.errors() > 0 {
+            crate::check::print(&rep, a.json);
+            eprintln!(
+                "vigil: error: preflight check found {} error(s); not launching (--no-check to skip)",
+                rep.errors()
+            );
+            return Ok(exit::CHECK_FAILED);
+        }
+    }
     run::mkdir_private(&dir)?;
     for f in ["state.json", "events.jsonl", "stop.json", "startup.json"] {
         let _ = std::fs::remove_file(dir.join(f));
     }
     let log = dir.join("server.log");
     for i in 0..=9 {
-        let p = if i == 0 {
-            log.clone()
-        } else {
-            PathBuf::from(format!("{}.{i}", log.display()))
-        };
+        let p = if i == 0 { log.clone() } else { PathBuf::from(format!("{}.{i}", log.display())) };
         let _ = std::fs::remove_file(p);
     }
     let (argv_red, env_red, secrets) = run::redact(&argv, &env);
@@ -229,9 +220,7 @@ async fn launch(
             }
         }
         if t0.elapsed() > Duration::from_secs(10) {
-            return Err(CliError::Internal(
-                "the keeper did not start the server within 10 s".into(),
-            ));
+            return Err(CliError::Internal("the keeper did not start the server within 10 s".into()));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
@@ -241,11 +230,7 @@ async fn launch(
     } else {
         rep.note(
             0,
-            &format!(
-                "launched '{name}': server pid {server_pid}, keeper pid {}, log {}",
-                st.keeper_pid,
-                log.display()
-            ),
+            &format!("launched '{name}': server pid {server_pid}, keeper pid {}, log {}", st.keeper_pid, log.display()),
         );
     }
     let out = watch(name, &dir, &rec, server_pid, a, profiles.clone()).await?;
@@ -254,33 +239,18 @@ async fn launch(
     }
     if out.code == exit::INTERRUPTED {
         if a.keep {
-            rep.note(
-                0,
-                &format!("--keep: '{name}' keeps running; stop it with `vigil down {name}`"),
-            );
+            rep.note(0, &format!("--keep: '{name}' keeps running; stop it with `vigil down {name}`"));
             return Ok(exit::INTERRUPTED);
         }
         let st = read_state(&dir).unwrap_or(st);
         let surv = stop_run(&dir, &st, a.grace, &mut rep)?;
-        return Ok(if surv.is_empty() {
-            exit::INTERRUPTED
-        } else {
-            exit::NOT_STOPPED
-        });
+        return Ok(if surv.is_empty() { exit::INTERRUPTED } else { exit::NOT_STOPPED });
     }
-    if a.detach
-        || out
-            .report
-            .as_ref()
-            .is_none_or(|r| r.verdict != Verdict::Ready)
-    {
+    if a.detach || out.report.as_ref().is_none_or(|r| r.verdict != Verdict::Ready) {
         return Ok(out.code);
     }
     // Foreground after ready: stay until the server ends or Ctrl-C stops it.
-    rep.note(
-        0,
-        &format!("'{name}' is serving; Ctrl-C stops it (--detach to leave it running)"),
-    );
+    rep.note(0, &format!("'{name}' is serving; Ctrl-C stops it (--detach to leave it running)"));
     let base = crate::interrupts();
     loop {
         tokio::select! {
@@ -301,19 +271,14 @@ async fn launch(
     }
     let st = read_state(&dir).unwrap_or(st);
     let surv = stop_run(&dir, &st, a.grace, &mut rep)?;
-    Ok(if surv.is_empty() {
-        exit::READY
-    } else {
-        exit::NOT_STOPPED
-    })
+    Ok(if surv.is_empty() { exit::READY } else { exit::NOT_STOPPED })
 }
 
 fn spawn_keeper(dir: &Path) -> Result<(), CliError> {
     let exe = std::env::current_exe().map_err(|e| CliError::Internal(format!("own path: {e}")))?;
     let mut c = std::process::Command::new(exe);
     c.arg("__keeper").arg(dir);
-    c.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null());
+    c.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
     use std::os::unix::fs::OpenOptionsExt;
     let errlog = std::fs::OpenOptions::new()
         .create(true)
@@ -329,9 +294,7 @@ fn spawn_keeper(dir: &Path) -> Result<(), CliError> {
             Ok(())
         });
     }
-    let mut child = c
-        .spawn()
-        .map_err(|e| CliError::Internal(format!("cannot start the keeper: {e}")))?;
+    let mut child = c.spawn().map_err(|e| CliError::Internal(format!("cannot start the keeper: {e}")))?;
     // The keeper is reaped by a thread so it does not linger as our zombie.
     std::thread::spawn(move || {
         let _ = child.wait();
@@ -349,9 +312,7 @@ async fn watch(
 ) -> Result<wait::Outcome, CliError> {
     let profile = rec.server.as_ref().and_then(|k| profiles.get(k));
     let url = match (rec.port, profile) {
-        (Some(p), Some(pr)) if !a.no_probe => {
-            Some(format!("http://127.0.0.1:{p}{}", pr.health_path))
-        }
+        (Some(p), Some(pr)) if !a.no_probe => Some(format!("http://127.0.0.1:{p}{}", pr.health_path)),
         _ => None,
     };
     let _ = name;
@@ -383,32 +344,19 @@ async fn watch(
 }
 
 fn join_pids(v: &[i32]) -> String {
-    v.iter()
-        .map(|p| p.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    v.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// Stops a run through its keeper (or directly when the keeper is gone) and waits until every
 /// process of it is gone. Returns the survivors (empty on success).
-pub fn stop_run(
-    dir: &Path,
-    st: &State,
-    grace: Duration,
-    rep: &mut Reporter,
-) -> Result<Vec<i32>, CliError> {
+pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> Result<Vec<i32>, CliError> {
     let before = run_pids(st);
     if before.is_empty() {
         return Ok(vec![]);
     }
     let t0 = Instant::now();
     let base = crate::interrupts();
-    run::write_json(
-        &dir.join("stop.json"),
-        &StopRequest {
-            grace_ms: grace.as_millis() as u64,
-        },
-    )?;
+    run::write_json(&dir.join("stop.json"), &StopRequest { grace_ms: grace.as_millis() as u64 })?;
     let keeper_alive = st.keeper_pid > 0 && procs::alive(st.keeper_pid);
     if keeper_alive {
         procs::signal(st.keeper_pid, libc::SIGTERM);
@@ -419,21 +367,13 @@ pub fn stop_run(
                 serde_json::json!({"event": "signal", "signal": sig, "pids": pids, "t_unix_ms": run::now_ms()}),
             );
         });
-        run::append_event(
-            dir,
-            serde_json::json!({"event": "stopped", "t_unix_ms": run::now_ms(), "report": r}),
-        );
+        run::append_event(dir, serde_json::json!({"event": "stopped", "t_unix_ms": run::now_ms(), "report": r}));
     }
     // Wait until every process is gone: grace + time for SIGKILL to land. A second Ctrl-C kills at once.
     let deadline = t0 + grace + Duration::from_secs(10);
     let mut killed_now = false;
     loop {
-        let live: Vec<i32> = before
-            .iter()
-            .copied()
-            .filter(|p| procs::alive(*p))
-            .chain(run_pids(st))
-            .collect();
+        let live: Vec<i32> = before.iter().copied().filter(|p| procs::alive(*p)).chain(run_pids(st)).collect();
         if live.is_empty() {
             break;
         }
@@ -443,10 +383,7 @@ pub fn stop_run(
             live.dedup();
             for p in &live {
                 let cmd = cmdline(*p).map(|c| c.join(" ")).unwrap_or_default();
-                rep.note(
-                    t0.elapsed().as_millis() as u64,
-                    &format!("still alive: pid {p} {}", rep.redact(&cmd)),
-                );
+                rep.note(t0.elapsed().as_millis() as u64, &format!("still alive: pid {p} {}", rep.redact(&cmd)));
             }
             return Ok(live);
         }
@@ -455,10 +392,7 @@ pub fn stop_run(
             if keeper_alive {
                 procs::signal(st.keeper_pid, libc::SIGUSR1);
             }
-            rep.note(
-                t0.elapsed().as_millis() as u64,
-                "second interrupt: killing at once",
-            );
+            rep.note(t0.elapsed().as_millis() as u64, "second interrupt: killing at once");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -466,33 +400,19 @@ pub fn stop_run(
         if e["event"] == "signal" {
             rep.note(
                 t0.elapsed().as_millis() as u64,
-                &format!(
-                    "sent {} to pids {}",
-                    e["signal"].as_str().unwrap_or("?"),
-                    e["pids"]
-                ),
+                &format!("sent {} to pids {}", e["signal"].as_str().unwrap_or("?"), e["pids"]),
             );
         }
     }
     rep.note(
         t0.elapsed().as_millis() as u64,
-        &format!(
-            "stopped {} process(es) in {}; none left",
-            before.len(),
-            fmt_ms(t0.elapsed().as_millis() as u64)
-        ),
+        &format!("stopped {} process(es) in {}; none left", before.len(), fmt_ms(t0.elapsed().as_millis() as u64)),
     );
     // Hook for GPU awareness (issue 6): here `down` will also wait until the tree's GPU memory is released.
     Ok(vec![])
 }
 
-pub fn down(
-    names: Vec<String>,
-    all: bool,
-    pid: Option<i32>,
-    grace: Duration,
-    json: bool,
-) -> Result<i32, CliError> {
+pub fn down(names: Vec<String>, all: bool, pid: Option<i32>, grace: Duration, json: bool) -> Result<i32, CliError> {
     let mut rep = Reporter::new(json, false);
     if let Some(p) = pid {
         if !procs::alive(p) {
@@ -505,18 +425,12 @@ pub fn down(
             rep.json(serde_json::json!({"event": "stopped", "pid": p, "report": r}));
         }
         for s in &r.survivors {
-            rep.note(
-                r.elapsed_ms,
-                &format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd)),
-            );
+            rep.note(r.elapsed_ms, &format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd)));
         }
         if r.survivors.is_empty() {
             rep.note(
                 r.elapsed_ms,
-                &format!(
-                    "stopped pid {p} and {} other process(es); none left",
-                    r.stopped.len().saturating_sub(1)
-                ),
+                &format!("stopped pid {p} and {} other process(es); none left", r.stopped.len().saturating_sub(1)),
             );
             return Ok(exit::READY);
         }
@@ -562,11 +476,7 @@ pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
         let st = read_state(&dir).unwrap_or_default();
         let alive = st.server_pid.is_some_and(procs::alive);
         let log_text = std::fs::read(&rec.log).unwrap_or_default();
-        let report = vigil_core::diagnose_text(
-            profiles,
-            rec.server.as_deref(),
-            &String::from_utf8_lossy(&log_text),
-        );
+        let report = vigil_core::diagnose_text(profiles, rec.server.as_deref(), &String::from_utf8_lossy(&log_text));
         let state = if alive {
             match report.verdict {
                 Verdict::Starting => "starting".to_string(),
@@ -579,11 +489,7 @@ pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
                 _ => "not running".into(),
             }
         };
-        let since = if alive {
-            st.started_unix_ms
-        } else {
-            st.ended_unix_ms.unwrap_or(st.started_unix_ms)
-        };
+        let since = if alive { st.started_unix_ms } else { st.ended_unix_ms.unwrap_or(st.started_unix_ms) };
         let age = std::fs::metadata(&rec.log)
             .and_then(|m| m.modified())
             .ok()
@@ -620,8 +526,7 @@ pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
                 r.in_state.unwrap_or_else(|| "-".into()),
                 r.port.map_or("-".into(), |p| p.to_string()),
                 r.pid.map_or("-".into(), |p| p.to_string()),
-                r.last_log_line_age_s
-                    .map_or("-".into(), |a| format!("{a}s")),
+                r.last_log_line_age_s.map_or("-".into(), |a| format!("{a}s")),
             ));
         }
     }
@@ -635,11 +540,7 @@ pub fn logs(name: &str, follow: bool, n: usize) -> Result<i32, CliError> {
         .and_then(|p| run::read_json::<Secrets>(&p))
         .map(|s| run::secret_values(&s))
         .unwrap_or_default();
-    let redact = |s: &str| {
-        secrets
-            .iter()
-            .fold(s.to_string(), |acc, k| acc.replace(k.as_str(), "***"))
-    };
+    let redact = |s: &str| secrets.iter().fold(s.to_string(), |acc, k| acc.replace(k.as_str(), "***"));
     let path = PathBuf::from(&rec.log);
     let data = std::fs::read(&path).unwrap_or_default();
     let text = String::from_utf8_lossy(&data);
@@ -652,8 +553,7 @@ pub fn logs(name: &str, follow: bool, n: usize) -> Result<i32, CliError> {
     }
     use std::io::{Read, Seek, SeekFrom};
     use std::os::unix::fs::MetadataExt;
-    let mut f = std::fs::File::open(&path)
-        .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+    let mut f = std::fs::File::open(&path).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
     let mut ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
     let mut pos = data.len() as u64;
     let _ = f.seek(SeekFrom::Start(pos));
@@ -681,10 +581,7 @@ pub fn logs(name: &str, follow: bool, n: usize) -> Result<i32, CliError> {
 
 pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
     let (dir, rec) = run::load(name)?;
-    let secrets: Secrets = run::secrets_path(name)
-        .ok()
-        .and_then(|p| run::read_json(&p))
-        .unwrap_or_default();
+    let secrets: Secrets = run::secrets_path(name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
     let (argv, env) = run::unredact(&rec, &secrets);
     let mut rep = Reporter::new(a.json, a.quiet);
     if let Some(st) = read_state(&dir) {
@@ -693,21 +590,8 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, C
             return Ok(exit::NOT_STOPPED);
         }
     }
-    let a = UpArgs {
-        detach: true,
-        replace: true,
-        ..a
-    };
-    launch(
-        name,
-        argv,
-        env,
-        PathBuf::from(&rec.cwd),
-        rec.server.clone(),
-        &a,
-        profiles,
-    )
-    .await
+    let a = UpArgs { detach: true, replace: true, ..a };
+    launch(name, argv, env, PathBuf::from(&rec.cwd), rec.server.clone(), &a, profiles).await
 }
 
 #[derive(serde::Serialize)]
@@ -721,32 +605,22 @@ struct PsRow {
 
 /// Inference servers on this machine that vigil did not start.
 pub fn ps(json: bool) -> Result<i32, CliError> {
-    let pats: Vec<(String, regex::Regex)> = procs::SERVER_PATTERNS
-        .iter()
-        .map(|(k, p)| (k.to_string(), regex::Regex::new(p).unwrap()))
-        .collect();
+    let pats: Vec<(String, regex::Regex)> =
+        procs::SERVER_PATTERNS.iter().map(|(k, p)| (k.to_string(), regex::Regex::new(p).unwrap())).collect();
     let all = procs::all_procs();
     let keepers: Vec<i32> = all
         .iter()
         .filter(|p| cmdline(p.pid).is_some_and(|c| c.iter().any(|a| a == "__keeper")))
         .map(|p| p.pid)
         .collect();
-    let ours: std::collections::BTreeSet<i32> = keepers
-        .iter()
-        .flat_map(|k| procs::descendants(*k))
-        .collect();
+    let ours: std::collections::BTreeSet<i32> = keepers.iter().flat_map(|k| procs::descendants(*k)).collect();
     let mut matched: Vec<(i32, i32, String, String)> = Vec::new(); // pid, ppid, kind, cmd
     for p in &all {
         if p.state == 'Z' || ours.contains(&p.pid) || p.pid == std::process::id() as i32 {
             continue;
         }
-        let cmd = cmdline(p.pid)
-            .map(|c| c.join(" "))
-            .unwrap_or_else(|| p.comm.clone());
-        if let Some((k, _)) = pats
-            .iter()
-            .find(|(_, r)| r.is_match(&cmd) || r.is_match(&p.comm))
-        {
+        let cmd = cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| p.comm.clone());
+        if let Some((k, _)) = pats.iter().find(|(_, r)| r.is_match(&cmd) || r.is_match(&p.comm)) {
             matched.push((p.pid, p.ppid, k.clone(), cmd));
         }
     }
@@ -777,17 +651,9 @@ pub fn ps(json: bool) -> Result<i32, CliError> {
     } else if rows.is_empty() {
         out_line("no inference servers found that vigil did not start");
     } else {
-        out_line(&format!(
-            "{:>8} {:<10} {:>8} {:<12} CMD",
-            "PID", "SERVER", "AGE", "PORTS"
-        ));
+        out_line(&format!("{:>8} {:<10} {:>8} {:<12} CMD", "PID", "SERVER", "AGE", "PORTS"));
         for r in rows {
-            let ports = r
-                .ports
-                .iter()
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join(",");
+            let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
             out_line(&format!(
                 "{:>8} {:<10} {:>8} {:<12} {}",
                 r.pid,

@@ -12,8 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use vigil_core::{
-    Classifier, Event, ExitInfo, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles,
-    Verdict,
+    Classifier, Event, ExitInfo, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Verdict,
 };
 
 pub struct Args {
@@ -52,13 +51,10 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
 
     let bearer = match &a.api_key_env {
         Some(var) => {
-            let v = std::env::var(var).map_err(|_| {
-                CliError::usage(format!("--api-key-env: variable {var} is not set"))
-            })?;
+            let v =
+                std::env::var(var).map_err(|_| CliError::usage(format!("--api-key-env: variable {var} is not set")))?;
             if v.is_empty() {
-                return Err(CliError::usage(format!(
-                    "--api-key-env: variable {var} is empty"
-                )));
+                return Err(CliError::usage(format!("--api-key-env: variable {var} is empty")));
             }
             rep.add_secret(&v);
             Some(v)
@@ -69,40 +65,27 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let has_log = a.log.is_some() || a.log_cmd.is_some();
     // The command line of --pid names the server kind, its port, and (SGLang) its node rank.
     let argv = a.pid.and_then(follow::cmdline).unwrap_or_default();
-    let server_name = a
-        .server
-        .clone()
-        .or_else(|| profiles.detect_cmd(&argv).map(String::from));
+    let server_name = a.server.clone().or_else(|| profiles.detect_cmd(&argv).map(String::from));
     let forced = server_name.as_ref().and_then(|s| profiles.get(s)).cloned();
     // SGLang nodes with --node-rank >= 1 serve a dummy /health that is always 200: never proof of readiness.
     let dummy_health = forced.as_ref().is_some_and(|p| p.name == "sglang")
-        && follow::arg_value(&argv, "--node-rank")
-            .and_then(|v| v.parse::<u32>().ok())
-            .is_some_and(|r| r >= 1);
+        && follow::arg_value(&argv, "--node-rank").and_then(|v| v.parse::<u32>().ok()).is_some_and(|r| r >= 1);
     let cmd_port = follow::arg_value(&argv, "--port").and_then(|p| p.parse::<u16>().ok());
     let target = match (&a.url, &forced) {
         (Some(u), _) => Some(Target::parse(u).map_err(CliError::usage)?),
         (None, Some(p)) if !has_log => Some(
-            Target::parse(&format!(
-                "http://127.0.0.1:{}{}",
-                cmd_port.unwrap_or(p.port),
-                p.health_path
-            ))
-            .map_err(CliError::usage)?,
+            Target::parse(&format!("http://127.0.0.1:{}{}", cmd_port.unwrap_or(p.port), p.health_path))
+                .map_err(CliError::usage)?,
         ),
         _ => None,
     };
     if target.is_none() && !has_log && a.pid.is_none() {
-        return Err(CliError::usage(
-            "wait: nothing to watch: give --url, --log, --log-cmd, --pid or --server",
-        ));
+        return Err(CliError::usage("wait: nothing to watch: give --url, --log, --log-cmd, --pid or --server"));
     }
     if let Some(pid) = a.pid {
         // A process that already ended is fine when its log can still tell what happened.
         if pid <= 0 || (!has_log && !follow::pid_alive(pid)) {
-            return Err(CliError::usage(format!(
-                "--pid {pid}: no such live process"
-            )));
+            return Err(CliError::usage(format!("--pid {pid}: no such live process")));
         }
     }
     let (stall_all, stall_per) = parse_stalls(&a.stall)?;
@@ -130,9 +113,9 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     if let Some(s) = &server {
         judge.set_server(s);
     }
-    let mut probe_timeout = a.probe_timeout.unwrap_or_else(|| {
-        Duration::from_secs_f64(forced.as_ref().map_or(5.0, |p| p.probe_timeout_secs))
-    });
+    let mut probe_timeout = a
+        .probe_timeout
+        .unwrap_or_else(|| Duration::from_secs_f64(forced.as_ref().map_or(5.0, |p| p.probe_timeout_secs)));
 
     // Sources.
     let (tx, mut rx) = mpsc::unbounded_channel::<SourceMsg>();
@@ -145,10 +128,8 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         }
     }
     if let Some(cmd) = &a.log_cmd {
-        _log_child = Some(
-            follow::spawn_log_cmd(cmd, tx.clone())
-                .map_err(|e| CliError::usage(format!("--log-cmd: {e}")))?,
-        );
+        _log_child =
+            Some(follow::spawn_log_cmd(cmd, tx.clone()).map_err(|e| CliError::usage(format!("--log-cmd: {e}")))?);
     }
     drop(tx);
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<ExitInfo>();
@@ -294,18 +275,12 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 h.abort();
             }
             rep.verdict(ms(), r, None);
-            return Ok(Outcome {
-                code: exit::for_verdict(r.verdict),
-                report: Some((**r).clone()),
-            });
+            return Ok(Outcome { code: exit::for_verdict(r.verdict), report: Some((**r).clone()) });
         }
         if judge.state() != Verdict::Starting {
             let r = judge.final_report();
             rep.verdict(ms(), &r, None);
-            return Ok(Outcome {
-                code: exit::for_verdict(r.verdict),
-                report: Some(r),
-            });
+            return Ok(Outcome { code: exit::for_verdict(r.verdict), report: Some(r) });
         }
         if let Some(t) = &target {
             if probe_task.is_none() && (probe_asap || Instant::now() >= next_probe) {
@@ -313,9 +288,7 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 let t = t.clone();
                 let b = bearer.clone();
                 let pt = probe_timeout;
-                probe_task = Some(tokio::spawn(async move {
-                    probe::probe(&t, pt, b.as_deref()).await
-                }));
+                probe_task = Some(tokio::spawn(async move { probe::probe(&t, pt, b.as_deref()).await }));
             }
         }
         let probe_txt = last_probe.as_ref().map(|(_, n)| n.as_str());
@@ -330,19 +303,11 @@ async fn exit_info(state: Option<&std::path::Path>) -> ExitInfo {
         for _ in 0..50 {
             if let Some(st) = crate::run::read_json::<crate::run::State>(p) {
                 if !st.running && (st.exit_code.is_some() || st.exit_signal.is_some()) {
-                    return ExitInfo {
-                        code: st.exit_code,
-                        signal: st.exit_signal,
-                        ours: true,
-                    };
+                    return ExitInfo { code: st.exit_code, signal: st.exit_signal, ours: true };
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    ExitInfo {
-        code: None,
-        signal: None,
-        ours: false,
-    }
+    ExitInfo { code: None, signal: None, ours: false }
 }

@@ -18,9 +18,7 @@ pub fn env() -> Option<Env> {
     let home = std::env::var("HOME").unwrap_or_default();
     let server = std::env::var("VIGIL_LLAMA_SERVER")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(&home).join(".cache/vigil/llama-server-0.3.36/bin/llama-server")
-        });
+        .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/llama-server-0.3.36/bin/llama-server"));
     let models = std::env::var("VIGIL_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/models-v2"));
@@ -28,20 +26,14 @@ pub fn env() -> Option<Env> {
         return Some(Env { server, models });
     }
     if std::env::var("CI").as_deref() == Ok("true") {
-        panic!(
-            "llama-server or models missing ({} / {}): run scripts/setup.sh",
-            server.display(),
-            models.display()
-        );
+        panic!("llama-server or models missing ({} / {}): run scripts/setup.sh", server.display(), models.display());
     }
     eprintln!("SKIP: llama-server not built (run scripts/setup.sh)");
     None
 }
 
 pub fn vigil_bin() -> PathBuf {
-    std::env::var("VIGIL_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_vigil")))
+    std::env::var("VIGIL_BIN").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_vigil")))
 }
 
 pub fn vigil() -> Command {
@@ -53,11 +45,7 @@ pub fn vigil() -> Command {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 pub struct TempDir(pub PathBuf);
@@ -100,24 +88,11 @@ impl Drop for Guard {
 
 /// Starts the real llama-server with its stdout and stderr appended to `log` (like `>> log 2>&1`).
 pub fn start_server(e: &Env, model: &Path, port: u16, log: &Path, extra: &[&str]) -> Guard {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
+    let f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
     let child = Command::new(&e.server)
         .arg("-m")
         .arg(model)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "-c",
-            "256",
-            "-t",
-            "1",
-        ])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-c", "256", "-t", "1"])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(f.try_clone().unwrap())
@@ -141,10 +116,7 @@ pub fn fifo_model(dir: &TempDir) -> PathBuf {
 pub fn wait_for_text(path: &Path, needle: &str, deadline: Duration) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < deadline {
-        if std::fs::read_to_string(path)
-            .map(|s| s.contains(needle))
-            .unwrap_or(false)
-        {
+        if std::fs::read_to_string(path).map(|s| s.contains(needle)).unwrap_or(false) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -154,9 +126,7 @@ pub fn wait_for_text(path: &Path, needle: &str, deadline: Duration) -> bool {
 
 /// Runs a command to completion with a deadline; kills it and fails the test past the deadline.
 pub fn run_bounded(mut c: Command, deadline: Duration) -> Output {
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null());
+    c.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
     let mut child = c.spawn().expect("spawn");
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
@@ -182,11 +152,7 @@ pub fn run_bounded(mut c: Command, deadline: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    Output {
-        status,
-        stdout: to.join().unwrap(),
-        stderr: te.join().unwrap(),
-    }
+    Output { status, stdout: to.join().unwrap(), stderr: te.join().unwrap() }
 }
 
 pub fn json_lines(o: &Output) -> Vec<serde_json::Value> {
@@ -199,10 +165,7 @@ pub fn json_lines(o: &Output) -> Vec<serde_json::Value> {
 
 pub fn verdict(v: &[serde_json::Value]) -> &serde_json::Value {
     let last = v.last().expect("no output");
-    assert_eq!(
-        last["event"], "verdict",
-        "last line is not the verdict: {last}"
-    );
+    assert_eq!(last["event"], "verdict", "last line is not the verdict: {last}");
     last
 }
 

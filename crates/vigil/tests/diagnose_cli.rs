@@ -11,15 +11,9 @@ const T: Duration = Duration::from_secs(120);
 fn corpus() -> Vec<(String, Vec<u8>, String)> {
     let dir = std::env::var_os("VIGIL_CORPUS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"));
     if !dir.is_dir() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "corpus missing at {}",
-            dir.display()
-        );
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "corpus missing at {}", dir.display());
         eprintln!("SKIP: no corpus");
         return vec![];
     }
@@ -36,17 +30,9 @@ fn corpus() -> Vec<(String, Vec<u8>, String)> {
             }
             let bytes = std::fs::read(&f).unwrap();
             let marker = b"\n# ---\n";
-            let i = bytes
-                .windows(marker.len())
-                .position(|w| w == marker)
-                .unwrap();
+            let i = bytes.windows(marker.len()).position(|w| w == marker).unwrap();
             let header = String::from_utf8_lossy(&bytes[..i]).to_string();
-            let expect = header
-                .lines()
-                .find_map(|l| l.strip_prefix("# EXPECT:"))
-                .unwrap()
-                .trim()
-                .to_string();
+            let expect = header.lines().find_map(|l| l.strip_prefix("# EXPECT:")).unwrap().trim().to_string();
             out.push((
                 f.file_name().unwrap().to_string_lossy().to_string(),
                 bytes[i + marker.len()..].to_vec(),
@@ -62,10 +48,9 @@ fn corpus() -> Vec<(String, Vec<u8>, String)> {
 fn corpus_contract_through_the_binary() {
     let cases = corpus();
     let d = TempDir::new("corpus");
-    let exceptions = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus-exceptions.txt"),
-    )
-    .unwrap_or_default();
+    let exceptions =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus-exceptions.txt"))
+            .unwrap_or_default();
     let mut bad = Vec::new();
     for (i, (name, body, expect)) in cases.iter().enumerate() {
         // a neutral name: neither the folder nor the file name reaches vigil
@@ -85,30 +70,15 @@ fn corpus_contract_through_the_binary() {
                 .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
                 .unwrap()
                 .split('|')
-                .map(|s| {
-                    if s == "-" {
-                        "null".into()
-                    } else {
-                        s.to_string()
-                    }
-                })
+                .map(|s| if s == "-" { "null".into() } else { s.to_string() })
                 .collect()
         };
-        let got = |k: &str| {
-            r[k].as_str()
-                .map(String::from)
-                .unwrap_or_else(|| "null".into())
-        };
+        let got = |k: &str| r[k].as_str().map(String::from).unwrap_or_else(|| "null".into());
         let ok = field("verdict").contains(&got("verdict"))
             && field("phase").contains(&got("phase"))
             && field("cause").contains(&got("cause"));
         if !ok && !exceptions.contains(name.as_str()) {
-            bad.push(format!(
-                "{name}: got {} {} {}, want {expect}",
-                got("verdict"),
-                got("phase"),
-                got("cause")
-            ));
+            bad.push(format!("{name}: got {} {} {}, want {expect}", got("verdict"), got("phase"), got("cause")));
         }
         // exit code follows the verdict
         let want_code = match got("verdict").as_str() {
@@ -128,84 +98,43 @@ fn hostile_inputs_are_bounded_and_never_panic() {
     let d = TempDir::new("hostile");
     // invalid UTF-8, ANSI colour, \r-only progress, binary garbage, a 10 MB line without a newline
     let mut body = Vec::new();
-    body.extend_from_slice(
-        b"\x1b[32m[2025-01-01 00:00:00 TP0]\x1b[0m Load weight begin. avail mem=70 GB\n",
-    );
+    body.extend_from_slice(b"\x1b[32m[2025-01-01 00:00:00 TP0]\x1b[0m Load weight begin. avail mem=70 GB\n");
     body.extend_from_slice(b"\xff\xfe\xfd invalid utf8 \xc3\x28\n");
     for k in 0..=8 {
         body.extend_from_slice(
-            format!(
-                "Loading safetensors checkpoint shards: {}% Completed | {k}/8 [00:01<00:02]\r",
-                k * 12
-            )
-            .as_bytes(),
+            format!("Loading safetensors checkpoint shards: {}% Completed | {k}/8 [00:01<00:02]\r", k * 12).as_bytes(),
         );
     }
     body.extend_from_slice(&(0..=255u8).cycle().take(4096).collect::<Vec<u8>>());
     body.push(b'\n');
     body.extend(std::iter::repeat_n(b'x', 10 * 1024 * 1024));
-    body.extend_from_slice(
-        b"\n[2025-01-01 00:00:09 TP0] Capture cuda graph begin. avail mem=9 GB\n",
-    );
+    body.extend_from_slice(b"\n[2025-01-01 00:00:09 TP0] Capture cuda graph begin. avail mem=9 GB\n");
     let p = d.path("hostile.log");
     std::fs::write(&p, &body).unwrap();
     let mut c = vigil();
     c.args(["diagnose", "--json"]).arg(&p);
     let o = run_bounded(c, T);
-    assert!(
-        String::from_utf8_lossy(&o.stderr).is_empty(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(String::from_utf8_lossy(&o.stderr).is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = json_lines(&o);
     let r = verdict(&v);
-    assert_eq!(
-        (r["verdict"].as_str(), r["phase"].as_str()),
-        (Some("starting"), Some("cuda_graphs")),
-        "{r}"
-    );
+    assert_eq!((r["verdict"].as_str(), r["phase"].as_str()), (Some("starting"), Some("cuda_graphs")), "{r}");
     assert_eq!(o.status.code(), Some(7));
     // the 10 MB line is bounded in what is kept
-    assert!(
-        o.stdout.len() < 1024 * 1024,
-        "output grew with the input: {} bytes",
-        o.stdout.len()
-    );
+    assert!(o.stdout.len() < 1024 * 1024, "output grew with the input: {} bytes", o.stdout.len());
 }
 
 #[test]
 fn bad_input_is_one_clear_line() {
     let d = TempDir::new("bad");
     for (args, needle) in [
-        (
-            vec!["diagnose", "/nonexistent/file.log"],
-            "cannot read /nonexistent/file.log",
-        ),
+        (vec!["diagnose", "/nonexistent/file.log"], "cannot read /nonexistent/file.log"),
         (vec!["diagnose", "/tmp"], "is a directory"),
-        (
-            vec!["diagnose", "--server", "nosuch", "/tmp"],
-            "unknown server kind",
-        ),
+        (vec!["diagnose", "--server", "nosuch", "/tmp"], "unknown server kind"),
         (vec!["wait"], "nothing to watch"),
         (vec!["wait", "--url", "ftp://x"], "must start with http://"),
-        (
-            vec!["wait", "--url", "http://127.0.0.1:1/", "--stall", "warp=1s"],
-            "unknown phase",
-        ),
-        (
-            vec!["wait", "--url", "http://127.0.0.1:1/", "--timeout", "soon"],
-            "bad duration",
-        ),
-        (
-            vec![
-                "wait",
-                "--url",
-                "http://127.0.0.1:1/",
-                "--api-key-env",
-                "VIGIL_UNSET_VAR_X",
-            ],
-            "is not set",
-        ),
+        (vec!["wait", "--url", "http://127.0.0.1:1/", "--stall", "warp=1s"], "unknown phase"),
+        (vec!["wait", "--url", "http://127.0.0.1:1/", "--timeout", "soon"], "bad duration"),
+        (vec!["wait", "--url", "http://127.0.0.1:1/", "--api-key-env", "VIGIL_UNSET_VAR_X"], "is not set"),
     ] {
         let mut c = vigil();
         c.args(&args).current_dir(&d.0);
@@ -221,7 +150,11 @@ fn bad_input_is_one_clear_line() {
 fn explain_names_profile_rule_and_line() {
     let d = TempDir::new("explain");
     let p = d.path("a.log");
-    std::fs::write(&p, "0.00.003.985 I srv    load_model: loading model 'm.gguf'\n0.00.095.288 I srv  llama_server: model loaded\n").unwrap();
+    std::fs::write(
+        &p,
+        "0.00.003.985 I srv    load_model: loading model 'm.gguf'\n0.00.095.288 I srv  llama_server: model loaded\n",
+    )
+    .unwrap();
     let mut c = vigil();
     c.args(["diagnose", "--explain"]).arg(&p);
     let o = run_bounded(c, T);

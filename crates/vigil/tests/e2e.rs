@@ -17,29 +17,16 @@ fn e2e_ready_with_phase_timeline() {
     let log = d.path("server.log");
     let _s = start_server(&e, &e.models.join("tiny.gguf"), port, &log, &[]);
     let mut c = vigil();
-    c.args(["wait", "--json", "--log"])
-        .arg(&log)
-        .args(["--url", &format!("http://127.0.0.1:{port}/health")]);
+    c.args(["wait", "--json", "--log"]).arg(&log).args(["--url", &format!("http://127.0.0.1:{port}/health")]);
     let o = run_bounded(c, T);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
     let v = json_lines(&o);
     let r = verdict(&v);
     assert_eq!(r["verdict"], "ready");
     assert_eq!(r["phase"], "serving");
     assert_eq!(r["server"], "llama-cpp");
-    assert!(
-        r["timeline"].as_array().unwrap().len() >= 2,
-        "timeline: {}",
-        r["timeline"]
-    );
-    assert!(v
-        .iter()
-        .any(|x| x["event"] == "probe" && x["outcome"] == "ok"));
+    assert!(r["timeline"].as_array().unwrap().len() >= 2, "timeline: {}", r["timeline"]);
+    assert!(v.iter().any(|x| x["event"] == "probe" && x["outcome"] == "ok"));
 }
 
 fn crash_case(tag: &str, model: std::path::PathBuf, cause: &str, evidence: &str) {
@@ -49,9 +36,7 @@ fn crash_case(tag: &str, model: std::path::PathBuf, cause: &str, evidence: &str)
     let log = d.path("server.log");
     let s = start_server(&e, &model, port, &log, &[]);
     let mut c = vigil();
-    c.args(["wait", "--json", "--log"])
-        .arg(&log)
-        .args(["--pid", &s.pid().to_string()]);
+    c.args(["wait", "--json", "--log"]).arg(&log).args(["--pid", &s.pid().to_string()]);
     c.args(["--url", &format!("http://127.0.0.1:{port}/health")]);
     let o = run_bounded(c, T);
     let v = json_lines(&o);
@@ -59,42 +44,21 @@ fn crash_case(tag: &str, model: std::path::PathBuf, cause: &str, evidence: &str)
     assert_eq!(o.status.code(), Some(3), "{r}");
     assert_eq!(r["verdict"], "crashed");
     assert_eq!(r["cause"], cause, "{r}");
-    assert_eq!(
-        r["phase"],
-        if cause == "port_in_use" {
-            "http"
-        } else {
-            "weights"
-        },
-        "{r}"
-    );
+    assert_eq!(r["phase"], if cause == "port_in_use" { "http" } else { "weights" }, "{r}");
     let ev = r["evidence"].as_array().unwrap();
-    assert!(
-        ev.iter().any(|l| l.as_str().unwrap().contains(evidence)),
-        "evidence lacks {evidence:?}: {r}"
-    );
+    assert!(ev.iter().any(|l| l.as_str().unwrap().contains(evidence)), "evidence lacks {evidence:?}: {r}");
     assert!(r["hint"].as_str().is_some_and(|h| !h.is_empty()));
 }
 
 #[test]
 fn e2e_truncated_gguf_is_crashed_model_file() {
     let Some(e) = env() else { return };
-    crash_case(
-        "trunc",
-        e.models.join("truncated.gguf"),
-        "model_file",
-        "data is not within the file bounds",
-    );
+    crash_case("trunc", e.models.join("truncated.gguf"), "model_file", "data is not within the file bounds");
 }
 
 #[test]
 fn e2e_missing_model_is_crashed_model_file() {
-    crash_case(
-        "missing",
-        "/nonexistent/vigil/model.gguf".into(),
-        "model_file",
-        "failed to open GGUF file",
-    );
+    crash_case("missing", "/nonexistent/vigil/model.gguf".into(), "model_file", "failed to open GGUF file");
 }
 
 #[test]
@@ -106,24 +70,16 @@ fn e2e_port_in_use() {
     let log = d.path("server.log");
     let s = start_server(&e, &e.models.join("tiny.gguf"), port, &log, &[]);
     let mut c = vigil();
-    c.args(["wait", "--json", "--log"])
-        .arg(&log)
-        .args(["--pid", &s.pid().to_string()]);
+    c.args(["wait", "--json", "--log"]).arg(&log).args(["--pid", &s.pid().to_string()]);
     let o = run_bounded(c, T);
     let v = json_lines(&o);
     let r = verdict(&v);
     assert_eq!(o.status.code(), Some(3), "{r}");
     assert_eq!(
-        (
-            r["verdict"].as_str(),
-            r["phase"].as_str(),
-            r["cause"].as_str()
-        ),
+        (r["verdict"].as_str(), r["phase"].as_str(), r["cause"].as_str()),
         (Some("crashed"), Some("http"), Some("port_in_use"))
     );
-    assert!(r["evidence"]
-        .to_string()
-        .contains("couldn't bind HTTP server socket"));
+    assert!(r["evidence"].to_string().contains("couldn't bind HTTP server socket"));
     drop(holder);
 }
 
@@ -138,12 +94,8 @@ fn e2e_stalled_when_sigstopped_while_loading() {
     let fifo = fifo_model(&d);
     let s = start_server(&e, &fifo, port, &log, &[]);
     let mut c = vigil();
-    c.args(["wait", "--json", "--stall", "2s", "--log"])
-        .arg(&log)
-        .args(["--pid", &s.pid().to_string()]);
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null());
+    c.args(["wait", "--json", "--stall", "2s", "--log"]).arg(&log).args(["--pid", &s.pid().to_string()]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
     let mut child = c.spawn().unwrap();
     let out = child.stdout.take().unwrap();
     let mut lines = Vec::new();
@@ -168,10 +120,7 @@ fn e2e_stalled_when_sigstopped_while_loading() {
     assert_eq!(r["phase"], "weights");
     let last_progress = stopped_at_ms.expect("weights phase was reported");
     let at = r["t_ms"].as_u64().unwrap();
-    assert!(
-        at >= last_progress + 2000,
-        "verdict at {at} ms, before last progress {last_progress} + 2000"
-    );
+    assert!(at >= last_progress + 2000, "verdict at {at} ms, before last progress {last_progress} + 2000");
     assert!(r["detail"].as_str().unwrap().contains("no progress for"));
 }
 
@@ -184,17 +133,10 @@ fn e2e_sigkill_under_wait_pid() {
     let log = d.path("server.log");
     let fifo = fifo_model(&d);
     let s = start_server(&e, &fifo, port, &log, &[]);
-    assert!(
-        wait_for_text(&log, "loading model", T),
-        "server never reached loading"
-    );
+    assert!(wait_for_text(&log, "loading model", T), "server never reached loading");
     let mut c = vigil();
-    c.args(["wait", "--json", "--log"])
-        .arg(&log)
-        .args(["--pid", &s.pid().to_string()]);
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
+    c.args(["wait", "--json", "--log"]).arg(&log).args(["--pid", &s.pid().to_string()]);
+    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
     let mut child = c.spawn().unwrap();
     let mut r = BufReader::new(child.stdout.take().unwrap());
     let mut lines = Vec::new();
@@ -215,10 +157,7 @@ fn e2e_sigkill_under_wait_pid() {
     assert_eq!(v["verdict"], "crashed");
     assert_eq!(v["phase"], "weights");
     assert!(v["cause"] == "unknown" || v["cause"] == "killed", "{v}");
-    assert!(
-        v["detail"].as_str().unwrap().contains("not our child"),
-        "{v}"
-    );
+    assert!(v["detail"].as_str().unwrap().contains("not our child"), "{v}");
 }
 
 /// The prober is lazy: while the log says the server is still loading, /health is asked rarely.
@@ -236,41 +175,19 @@ fn e2e_lazy_probing_counted_by_proxy() {
     let url = format!("http://127.0.0.1:{proxy_port}/health");
     // with the log: vigil knows the server is loading and probes rarely
     let mut c = vigil();
-    c.args(["wait", "--json", "--timeout", "4s", "--log"])
-        .arg(&log)
-        .args(["--url", &url]);
+    c.args(["wait", "--json", "--timeout", "4s", "--log"]).arg(&log).args(["--url", &url]);
     let o = run_bounded(c, T);
-    assert_eq!(
-        o.status.code(),
-        Some(5),
-        "timeout expected: {}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_eq!(o.status.code(), Some(5), "timeout expected: {}", String::from_utf8_lossy(&o.stdout));
     let with_log = count.swap(0, std::sync::atomic::Ordering::SeqCst);
     // without the log: one probe per --interval
     let mut c = vigil();
-    c.args([
-        "wait",
-        "--json",
-        "--timeout",
-        "4s",
-        "--interval",
-        "500ms",
-        "--url",
-        &url,
-    ]);
+    c.args(["wait", "--json", "--timeout", "4s", "--interval", "500ms", "--url", &url]);
     let o = run_bounded(c, T);
     assert_eq!(o.status.code(), Some(5));
     let without = count.load(std::sync::atomic::Ordering::SeqCst);
     eprintln!("/health requests during a 4 s load: {with_log} with --log, {without} without");
-    assert!(
-        (1..=2).contains(&with_log),
-        "with --log: {with_log} requests in 4 s"
-    );
-    assert!(
-        (4..=10).contains(&without),
-        "without --log at 500ms: {without} requests in 4 s"
-    );
+    assert!((1..=2).contains(&with_log), "with --log: {with_log} requests in 4 s");
+    assert!((4..=10).contains(&without), "without --log at 500ms: {without} requests in 4 s");
 }
 
 /// A counting proxy (test helper): forwards TCP to `to`, counts requests whose first line asks for /health.
@@ -316,18 +233,11 @@ fn e2e_api_key_never_printed() {
     let key = "sk-vigil-test-9f8e7d6c5b4a";
     // a line in the log that carries the key, as servers that print their own args do
     std::fs::write(&log, format!("server_args: --api-key {key}\n")).unwrap();
-    let _s = start_server(
-        &e,
-        &e.models.join("tiny.gguf"),
-        port,
-        &log,
-        &["--api-key", key],
-    );
+    let _s = start_server(&e, &e.models.join("tiny.gguf"), port, &log, &["--api-key", key]);
     for json in [true, false] {
         let mut c = vigil();
         c.env("VIGIL_TEST_KEY", key);
-        c.args(["wait", "--echo", "--api-key-env", "VIGIL_TEST_KEY", "--log"])
-            .arg(&log);
+        c.args(["wait", "--echo", "--api-key-env", "VIGIL_TEST_KEY", "--log"]).arg(&log);
         c.args(["--url", &format!("http://127.0.0.1:{port}/health")]);
         if json {
             c.arg("--json");
@@ -336,10 +246,7 @@ fn e2e_api_key_never_printed() {
         assert_eq!(o.status.code(), Some(0));
         let all = [o.stdout, o.stderr].concat();
         let text = String::from_utf8_lossy(&all);
-        assert!(
-            text.contains("server_args: --api-key ***"),
-            "the line is shown, redacted: {text}"
-        );
+        assert!(text.contains("server_args: --api-key ***"), "the line is shown, redacted: {text}");
         assert!(!text.contains(key), "the key leaked: {text}");
     }
 }
@@ -361,20 +268,11 @@ fn e2e_log_renamed_and_recreated_no_line_lost_or_repeated() {
 fn log_rotation_case(rename: bool) {
     let d = TempDir::new(if rename { "rename" } else { "truncate" });
     let log = d.path("server.log");
-    let open = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap()
-    };
+    let open = || std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
     let mut w = open();
     let mut c = vigil();
-    c.args(["wait", "--json", "--echo", "--server", "llama-cpp", "--log"])
-        .arg(&log);
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
+    c.args(["wait", "--json", "--echo", "--server", "llama-cpp", "--log"]).arg(&log);
+    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
     let mut child = c.spawn().unwrap();
     let mut r = BufReader::new(child.stdout.take().unwrap());
     let mut seen: Vec<u32> = Vec::new();
@@ -391,12 +289,7 @@ fn log_rotation_case(rename: bool) {
     loop {
         let v = next_line(&mut r);
         if v["event"] == "line" {
-            let n: u32 = v["text"]
-                .as_str()
-                .unwrap()
-                .trim_start_matches("numbered line ")
-                .parse()
-                .unwrap();
+            let n: u32 = v["text"].as_str().unwrap().trim_start_matches("numbered line ").parse().unwrap();
             seen.push(n);
             if n == 500 {
                 break;
@@ -414,21 +307,10 @@ fn log_rotation_case(rename: bool) {
     loop {
         let v = next_line(&mut r);
         if v["event"] == "line" {
-            seen.push(
-                v["text"]
-                    .as_str()
-                    .unwrap()
-                    .trim_start_matches("numbered line ")
-                    .parse()
-                    .unwrap(),
-            );
+            seen.push(v["text"].as_str().unwrap().trim_start_matches("numbered line ").parse().unwrap());
         }
         if v["event"] == "note"
-            && v["message"].as_str().unwrap().contains(if rename {
-                "replaced"
-            } else {
-                "truncated"
-            })
+            && v["message"].as_str().unwrap().contains(if rename { "replaced" } else { "truncated" })
         {
             break;
         }
@@ -441,12 +323,7 @@ fn log_rotation_case(rename: bool) {
     loop {
         let v = next_line(&mut r);
         if v["event"] == "line" {
-            if let Ok(n) = v["text"]
-                .as_str()
-                .unwrap()
-                .trim_start_matches("numbered line ")
-                .parse::<u32>()
-            {
+            if let Ok(n) = v["text"].as_str().unwrap().trim_start_matches("numbered line ").parse::<u32>() {
                 seen.push(n);
             }
         }
@@ -491,11 +368,7 @@ fn e2e_user_profile_changes_verdict_on_real_log() {
     )
     .unwrap();
     let r = diag(Some(&cfg));
-    assert_eq!(
-        (r["verdict"].as_str(), r["cause"].as_str()),
-        (Some("crashed"), Some("config")),
-        "{r}"
-    );
+    assert_eq!((r["verdict"].as_str(), r["cause"].as_str()), (Some("crashed"), Some("config")), "{r}");
     assert!(r["hint"].as_str().unwrap().contains("site policy"));
     // a changed ready marker: only a line that never appears proves readiness here
     std::fs::write(
@@ -506,11 +379,7 @@ fn e2e_user_profile_changes_verdict_on_real_log() {
     let r = diag(Some(&cfg));
     assert_eq!(r["verdict"], "starting", "{r}");
     // a broken profile is one clear line and exit 2
-    std::fs::write(
-        cfg.join("vigil/profiles/site.toml"),
-        "name = \"x\"\n[server]\nbogus = 1\n",
-    )
-    .unwrap();
+    std::fs::write(cfg.join("vigil/profiles/site.toml"), "name = \"x\"\n[server]\nbogus = 1\n").unwrap();
     let mut c = vigil();
     c.env("XDG_CONFIG_HOME", &cfg).args(["diagnose"]).arg(&log);
     let o = run_bounded(c, T);
@@ -529,22 +398,10 @@ fn e2e_wait_pid_alone_reads_kind_and_port_from_cmdline() {
     let log = d.path("server.log");
     let s = start_server(&e, &e.models.join("tiny.gguf"), port, &log, &[]);
     let mut c = vigil();
-    c.args([
-        "wait",
-        "--json",
-        "--interval",
-        "100ms",
-        "--pid",
-        &s.pid().to_string(),
-    ]);
+    c.args(["wait", "--json", "--interval", "100ms", "--pid", &s.pid().to_string()]);
     let o = run_bounded(c, T);
     let v = json_lines(&o);
-    assert_eq!(
-        v[0]["url"],
-        format!("http://127.0.0.1:{port}/health"),
-        "{}",
-        v[0]
-    );
+    assert_eq!(v[0]["url"], format!("http://127.0.0.1:{port}/health"), "{}", v[0]);
     assert_eq!(v[0]["server"], "llama-cpp");
     assert_eq!(verdict(&v)["verdict"], "ready");
     assert_eq!(o.status.code(), Some(0));
@@ -559,26 +416,19 @@ fn e2e_log_cmd_and_stdin() {
     let log = d.path("server.log");
     let _s = start_server(&e, &e.models.join("tiny.gguf"), port, &log, &[]);
     let mut c = vigil();
-    c.args([
-        "wait",
-        "--json",
-        "--log-cmd",
-        &format!("tail -n +1 -F {}", log.display()),
-    ]);
+    c.args(["wait", "--json", "--log-cmd", &format!("tail -n +1 -F {}", log.display())]);
     // no --url: the command's output alone must prove readiness
     let o = run_bounded(c, T);
     let v = json_lines(&o);
     assert_eq!(verdict(&v)["verdict"], "ready");
     assert!(
-        v.iter()
-            .any(|x| x["event"] == "detected" && x["server"] == "llama-cpp"),
+        v.iter().any(|x| x["event"] == "detected" && x["server"] == "llama-cpp"),
         "kind detected from the command's output"
     );
     // stdin: the whole log piped in; the log alone decides
     assert!(wait_for_text(&log, "listening on", T));
     let mut c = vigil();
-    c.args(["wait", "--json", "--log", "-"])
-        .stdin(std::fs::File::open(&log).unwrap());
+    c.args(["wait", "--json", "--log", "-"]).stdin(std::fs::File::open(&log).unwrap());
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let o = c.output().unwrap();
     let v = json_lines(&o);

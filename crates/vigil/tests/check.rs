@@ -1,0 +1,365 @@
+//! `vigil check`: the field case, randomised variants of it, real public configs, GGUF files made by
+//! the test setup, ports and broken inputs.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+fn cfgs() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/configs")
+}
+
+fn model_dir(root: &Path, name: &str, config: &Value) -> PathBuf {
+    let d = root.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("config.json"), serde_json::to_vec_pretty(config).unwrap()).unwrap();
+    d
+}
+
+fn public(name: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(cfgs().join(name)).unwrap()).unwrap()
+}
+
+/// Runs `vigil check --json -- ARGS` with a clean environment for the variables the rules read.
+fn check(args: &[String], extra_env: &[(&str, &str)]) -> (i32, Value) {
+    let mut c = vigil();
+    c.env_remove("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN").env_remove("CUDA_VISIBLE_DEVICES");
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    c.args(["check", "--json", "--"]).args(args);
+    let o = run_bounded(c, T);
+    let v: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    (o.status.code().unwrap(), v)
+}
+
+fn findings(v: &Value, sev: &str) -> Vec<Value> {
+    v["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == sev).cloned().collect()
+}
+
+fn sglang(target: &Path, draft: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> =
+        ["python3", "-m", "sglang.launch_server", "--model-path"].iter().map(|s| s.to_string()).collect();
+    a.push(target.display().to_string());
+    a.extend([
+        "--speculative-algorithm".into(),
+        "EAGLE3".into(),
+        "--speculative-draft-model-path".into(),
+        draft.display().to_string(),
+    ]);
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a.extend(["--port".into(), free_port().to_string()]);
+    a
+}
+
+/// The field case: a Kimi-K2-style target (YaRN with original_max_position_embeddings, 262144) and an
+/// EAGLE-3 draft at 131072. SGLang >= 0.5.1 would die after loading the 1T target; vigil says so first.
+#[test]
+fn field_case_kimi_k2_target_with_short_eagle3_draft() {
+    let d = TempDir::new("field");
+    let mut target = public("deepseek-v3.json");
+    target["max_position_embeddings"] = json!(262144);
+    target["num_attention_heads"] = json!(64);
+    target["num_key_value_heads"] = json!(64);
+    target["vocab_size"] = json!(163840);
+    target["rope_scaling"] = json!({"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0});
+    let mut draft = public("kimi-k25-eagle3-draft.json");
+    draft["max_position_embeddings"] = json!(131072);
+    let t = model_dir(&d.0, "Kimi-K2-Instruct", &target);
+    let dr = model_dir(&d.0, "kimi-k2-eagle3", &draft);
+    let (code, v) = check(&sglang(&t, &dr, &["--tp", "8", "--trust-remote-code"]), &[]);
+    assert_eq!(code, 10, "{v}");
+    let e = findings(&v, "error");
+    assert_eq!(e.len(), 1, "{v}");
+    let m = e[0]["message"].as_str().unwrap();
+    assert_eq!(e[0]["rule"], "draft-context");
+    for needle in [
+        "131072",
+        "262144",
+        &t.join("config.json").display().to_string(),
+        &dr.join("config.json").display().to_string(),
+        "original_max_position_embeddings",
+    ] {
+        assert!(m.contains(needle), "message lacks {needle}: {m}");
+    }
+    let fix = e[0]["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("--context-length 131072") && fix.contains("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"),
+        "{fix}"
+    );
+    // with the env var the server runs on: a warning, not an error
+    let (code, v) = check(&sglang(&t, &dr, &["--tp", "8"]), &[("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "1")]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(findings(&v, "warning")[0]["rule"], "draft-context");
+}
+
+/// Randomised variants of the field case: other values, other fields that carry the length, other
+/// rope scalings, sometimes --context-length. Matching fixed numbers cannot pass.
+#[test]
+fn field_case_randomised_variants() {
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("seed {seed}");
+    let mut x = seed;
+    let mut rnd = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let keys = ["max_position_embeddings", "seq_length", "max_sequence_length", "max_seq_len", "model_max_length"];
+    let d = TempDir::new("variants");
+    for i in 0..40 {
+        let base = 1024 * (1 + rnd(512));
+        let key = keys[rnd(keys.len() as u64) as usize];
+        let mut target = json!({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256});
+        target[key] = json!(base);
+        let factor = (2 + rnd(7)) as f64;
+        let tctx = match rnd(4) {
+            0 => base,
+            1 => {
+                target["rope_scaling"] =
+                    json!({"type": "yarn", "factor": factor, "original_max_position_embeddings": 4096});
+                base
+            }
+            2 => {
+                target["rope_scaling"] = json!({"rope_type": "llama3", "factor": factor});
+                base
+            }
+            _ => {
+                target["rope_scaling"] = json!({"type": "linear", "factor": factor});
+                (base as f64 * factor) as u64
+            }
+        };
+        let dkey = keys[rnd(keys.len() as u64) as usize];
+        let dctx = 1024 * (1 + rnd(1024));
+        let mut draft = json!({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "num_hidden_layers": 1, "vocab_size": 128256});
+        draft[dkey] = json!(dctx);
+        let t = model_dir(&d.0, &format!("t{i}"), &target);
+        let dr = model_dir(&d.0, &format!("d{i}"), &draft);
+        let cl = if rnd(3) == 0 { Some(1024 * (1 + rnd(tctx / 1024))) } else { None };
+        let extra: Vec<String> = cl.map(|c| vec!["--context-length".to_string(), c.to_string()]).unwrap_or_default();
+        let extra: Vec<&str> = extra.iter().map(|s| s.as_str()).collect();
+        let (code, v) = check(&sglang(&t, &dr, &extra), &[]);
+        let eff = cl.unwrap_or(tctx);
+        let errs = findings(&v, "error");
+        if dctx < eff {
+            assert_eq!(code, 10, "case {i} (seed {seed}): target {eff} via {key}, draft {dctx} via {dkey}: {v}");
+            let m = errs[0]["message"].as_str().unwrap();
+            assert!(m.contains(&eff.to_string()) && m.contains(&dctx.to_string()), "case {i} (seed {seed}): {m}");
+            assert!(m.contains(key) || cl.is_some(), "case {i}: the target's field is named: {m}");
+            assert!(m.contains(dkey), "case {i}: the draft's field is named: {m}");
+        } else {
+            assert!(errs.is_empty(), "case {i} (seed {seed}): target {eff}, draft {dctx}: {v}");
+        }
+    }
+}
+
+/// Real public configs: Llama-3.1-8B-Instruct and its EAGLE-3 draft (max_position_embeddings 2048).
+#[test]
+fn llama31_with_its_eagle3_draft() {
+    let d = TempDir::new("llama31");
+    // the target from an offline Hugging Face cache, the draft from a local directory
+    let hf = d.path("hf");
+    let snap =
+        hf.join("hub/models--meta-llama--Llama-3.1-8B-Instruct/snapshots/0e9e39f249a16976918f6564b8830bc894c89659");
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::copy(cfgs().join("llama-3.1-8b-instruct.json"), snap.join("config.json")).unwrap();
+    let dr = model_dir(&d.0, "EAGLE3-LLaMA3.1-Instruct-8B", &public("eagle3-llama3.1-instruct-8b.json"));
+    let hf_env = [("HF_HOME", hf.to_str().unwrap())];
+    let t = PathBuf::from("meta-llama/Llama-3.1-8B-Instruct");
+    let (code, v) = check(&sglang(&t, &dr, &[]), &hf_env);
+    assert_eq!(code, 10, "{v}");
+    let ctx = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "context").unwrap();
+    assert!(ctx["message"].as_str().unwrap().starts_with("target context 131072 "), "{ctx}");
+    let e = &findings(&v, "error")[0];
+    assert!(
+        e["message"].as_str().unwrap().contains("2048") && e["message"].as_str().unwrap().contains("131072"),
+        "{e}"
+    );
+    // the valid pair: --context-length within the draft's window → zero errors, zero warnings
+    let (code, v) = check(&sglang(&t, &dr, &["--context-length", "2048"]), &hf_env);
+    assert_eq!(code, 0, "{v}");
+    assert!(findings(&v, "error").is_empty() && findings(&v, "warning").is_empty(), "{v}");
+    // an unfinished download in the cache is an error
+    let blobs = hf.join("hub/models--meta-llama--Llama-3.1-8B-Instruct/blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::write(blobs.join("abc123.incomplete"), b"x").unwrap();
+    let (code, v) = check(&sglang(&t, &dr, &["--context-length", "2048"]), &hf_env);
+    assert_eq!(code, 10);
+    assert!(findings(&v, "error")[0]["message"].as_str().unwrap().contains(".incomplete"), "{v}");
+}
+
+/// DeepSeek-V3 with its built-in MTP draft (NEXTN): YaRN with original_max_position_embeddings gives
+/// 163840 in SGLang's code path; TP 8 divides its 128 heads; no errors.
+#[test]
+fn deepseek_v3_mtp() {
+    let d = TempDir::new("dsv3");
+    let t = model_dir(&d.0, "DeepSeek-V3", &public("deepseek-v3.json"));
+    let mut a: Vec<String> =
+        ["python3", "-m", "sglang.launch_server", "--model-path"].iter().map(|s| s.to_string()).collect();
+    a.push(t.display().to_string());
+    a.extend(["--speculative-algorithm", "NEXTN", "--tp", "8", "--port"].iter().map(|s| s.to_string()));
+    a.push(free_port().to_string());
+    let (code, v) = check(&a, &[]);
+    assert_eq!(code, 0, "{v}");
+    let ctx = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "context").unwrap();
+    assert!(ctx["message"].as_str().unwrap().starts_with("target context 163840 "), "{ctx}");
+    // TP 3 does not divide 128 heads
+    let i = a.iter().position(|x| x == "--tp").unwrap();
+    a[i + 1] = "3".into();
+    let (code, v) = check(&a, &[]);
+    assert_eq!(code, 10);
+    assert!(findings(&v, "error").iter().any(|f| f["rule"] == "tp-heads"), "{v}");
+}
+
+/// vLLM `--speculative-config`: the draft's short context is clamped by vLLM: a warning, not an error.
+#[test]
+fn vllm_speculative_config() {
+    let d = TempDir::new("vllm");
+    let t = model_dir(&d.0, "Llama-3.1-8B-Instruct", &public("llama-3.1-8b-instruct.json"));
+    let dr = model_dir(&d.0, "EAGLE3-LLaMA3.1-Instruct-8B", &public("eagle3-llama3.1-instruct-8b.json"));
+    let spec = json!({"model": dr.display().to_string(), "method": "eagle3", "num_speculative_tokens": 3}).to_string();
+    let a: Vec<String> = vec![
+        "vllm".into(),
+        "serve".into(),
+        t.display().to_string(),
+        "--speculative-config".into(),
+        spec,
+        "--max-model-len".into(),
+        "8192".into(),
+        "--port".into(),
+        free_port().to_string(),
+    ];
+    let (code, v) = check(&a, &[]);
+    assert_eq!(code, 0, "{v}");
+    let w = findings(&v, "warning");
+    assert_eq!(w.len(), 1, "{v}");
+    assert!(w[0]["message"].as_str().unwrap().contains("vLLM clamps"), "{v}");
+    // --max-model-len beyond the model's 131072 is an error
+    let mut a2 = a.clone();
+    let i = a2.iter().position(|x| x == "--max-model-len").unwrap();
+    a2[i + 1] = "200000".into();
+    let (code, v) = check(&a2, &[]);
+    assert_eq!(code, 10);
+    assert!(findings(&v, "error").iter().any(|f| f["rule"] == "max-model-len"), "{v}");
+}
+
+/// GGUF files made by the test setup: a llama-spm target with a gpt-2-vocab draft → the speculation
+/// warning; a truncated GGUF → an error before launch (`vigil up` does not start it).
+#[test]
+fn e2e_gguf_draft_vocab_and_truncated_model() {
+    let Some(e) = env() else { return };
+    let srv = e.server.display().to_string();
+    let m = |n: &str| e.models.join(n).display().to_string();
+    let (code, v) = check(
+        &[
+            srv.clone(),
+            "-m".into(),
+            m("tiny.gguf"),
+            "-md".into(),
+            m("gpt2-draft.gguf"),
+            "--port".into(),
+            free_port().to_string(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{v}");
+    let w = findings(&v, "warning");
+    assert!(w.iter().any(|f| f["message"].as_str().unwrap().contains("WITHOUT speculative decoding")), "{v}");
+    let (code, v) = check(&[srv.clone(), "-m".into(), m("tiny.gguf"), "-md".into(), m("tiny-draft.gguf")], &[]);
+    assert_eq!(code, 0);
+    assert!(findings(&v, "warning").is_empty(), "{v}");
+    // truncated: check says so, and up refuses to launch
+    let (code, v) = check(&[srv.clone(), "-m".into(), m("truncated.gguf")], &[]);
+    assert_eq!(code, 10);
+    assert!(findings(&v, "error")[0]["message"].as_str().unwrap().contains("truncated"), "{v}");
+    let d = TempDir::new("upcheck");
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", &d.0).args([
+        "up",
+        "--name",
+        "t",
+        "--",
+        &srv,
+        "-m",
+        &m("truncated.gguf"),
+        "--port",
+        &free_port().to_string(),
+    ]);
+    let o = run_bounded(c, T);
+    assert_eq!(o.status.code(), Some(10));
+    assert!(!d.0.join("runs/t/state.json").exists(), "launched despite the check");
+    let (code, v) = check(&[srv, "-m".into(), m("notgguf.gguf")], &[]);
+    assert_eq!(code, 10);
+    assert!(findings(&v, "error")[0]["message"].as_str().unwrap().contains("invalid magic"), "{v}");
+}
+
+#[test]
+fn port_held_by_a_real_process_is_named() {
+    let d = TempDir::new("port");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let t = model_dir(&d.0, "m", &public("llama-3.1-8b-instruct.json"));
+    let (code, v) = check(
+        &[
+            "python3".into(),
+            "-m".into(),
+            "sglang.launch_server".into(),
+            "--model-path".into(),
+            t.display().to_string(),
+            "--port".into(),
+            port.to_string(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 10);
+    let e = &findings(&v, "error")[0];
+    assert!(
+        e["message"].as_str().unwrap().contains(&format!("port {port} is taken by pid {}", std::process::id())),
+        "{e}"
+    );
+}
+
+#[test]
+fn broken_inputs_are_one_clear_line_each() {
+    let d = TempDir::new("broken");
+    let nocfg = d.path("no-config");
+    std::fs::create_dir_all(&nocfg).unwrap();
+    let badjson = d.path("bad-json");
+    std::fs::create_dir_all(&badjson).unwrap();
+    std::fs::write(badjson.join("config.json"), b"{ \"max_position_embeddings\": 4096,").unwrap();
+    for (model, needle) in [
+        (d.path("missing").display().to_string(), "does not exist"),
+        (nocfg.display().to_string(), "has no config.json"),
+        (badjson.display().to_string(), "is not valid JSON"),
+    ] {
+        let (code, v) = check(
+            &[
+                "python3".into(),
+                "-m".into(),
+                "sglang.launch_server".into(),
+                "--model-path".into(),
+                model,
+                "--port".into(),
+                free_port().to_string(),
+            ],
+            &[],
+        );
+        assert_eq!(code, 10, "{v}");
+        let e = findings(&v, "error");
+        assert_eq!(e.len(), 1, "{v}");
+        let m = e[0]["message"].as_str().unwrap();
+        assert!(m.contains(needle) && !m.contains('\n'), "{m}");
+    }
+    // a bad --speculative-config is a usage error, one line
+    let mut c = vigil();
+    c.args(["check", "--", "vllm", "serve", "x", "--speculative-config", "{nope"]);
+    let o = run_bounded(c, T);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
+}

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VIGIL = os.path.join(ROOT, "target/release/vigil")
 HOME = os.path.expanduser("~")
 SERVER = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server-0.3.36/bin/llama-server")
-MODELS = os.environ.get("VIGIL_MODELS", f"{HOME}/.cache/vigil/models-v2")
+MODELS = os.environ.get("VIGIL_MODELS", f"{HOME}/.cache/vigil/models-v3")
 
 
 def free_port():

@@ -3,7 +3,8 @@
 
 The tokenizer is borrowed from a vocab-only GGUF shipped in the llama.cpp tree
 (models/ggml-vocab-llama-spm.gguf, or ggml-vocab-gpt-2.gguf for an incompatible draft).
-Outputs in --out: tiny.gguf, tiny-draft.gguf (same vocab, other weights), gpt2-draft.gguf
+Outputs in --out: tiny.gguf, tiny-draft.gguf (same vocab, other weights), random-draft.gguf (same vocab,
+a random output head: its drafts are rejected), gpt2-draft.gguf
 (gpt-2 vocab: llama-server refuses it as a draft), truncated.gguf, notgguf.gguf.
 """
 import argparse
@@ -31,7 +32,7 @@ def copy_tokenizer(w, vocab_path):
     return n
 
 
-def write_model(path, vocab_path, seed, layers=2, d=64, heads=2, ff=128, ctx=512):
+def write_model(path, vocab_path, seed, layers=2, d=64, heads=2, ff=128, ctx=512, head_scale=None):
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, "llama")
     w.add_name("vigil-tiny")
@@ -50,6 +51,9 @@ def write_model(path, vocab_path, seed, layers=2, d=64, heads=2, ff=128, ctx=512
 
     w.add_tensor("token_embd.weight", r(v, d))
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
+    if head_scale is not None:
+        # an output head of its own: with tied tiny weights every model predicts "repeat the last token"
+        w.add_tensor("output.weight", (rng.standard_normal((v, d)) * head_scale).astype(np.float32))
     for i in range(layers):
         p = f"blk.{i}."
         for t in ("attn_norm", "ffn_norm"):
@@ -76,6 +80,7 @@ def main():
     write_model(o("tiny.gguf"), a.vocab, seed=1)
     write_model(o("tiny-draft.gguf"), a.vocab, seed=2, layers=1)
     write_model(o("gpt2-draft.gguf"), a.gpt2_vocab, seed=3, layers=1)
+    write_model(o("random-draft.gguf"), a.vocab, seed=5, layers=1, head_scale=1.0)
     data = open(o("tiny.gguf"), "rb").read()
     with open(o("truncated.gguf"), "wb") as f:
         f.write(data[: len(data) - 64 * 1024])

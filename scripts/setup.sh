@@ -5,7 +5,7 @@
 set -euo pipefail
 LLAMA_CPP_PY_VERSION=0.3.36
 GGUF_VERSION=0.19.0
-MODELS_VERSION=v2
+MODELS_VERSION=v3
 CACHE=${VIGIL_CACHE:-$HOME/.cache/vigil}
 HERE=$(cd "$(dirname "$0")" && pwd)
 VENV=$CACHE/venv-py311-gguf$GGUF_VERSION

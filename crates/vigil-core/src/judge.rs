@@ -29,6 +29,8 @@ pub struct JudgeConfig {
     pub timeout_ms: Option<u64>,
     /// A terminal error block is closed after this much quiet.
     pub quiet_ms: u64,
+    /// After ready: probes failing for this long give `unhealthy` (watch mode). None: never.
+    pub unhealthy_after_ms: Option<u64>,
 }
 
 impl Default for JudgeConfig {
@@ -41,6 +43,7 @@ impl Default for JudgeConfig {
             stall_default_ms: None,
             timeout_ms: None,
             quiet_ms: 1500,
+            unhealthy_after_ms: None,
         }
     }
 }
@@ -165,6 +168,9 @@ pub struct Report {
     pub exit: Option<ExitInfo>,
     /// Milliseconds from the first timed fact to the verdict, when known.
     pub elapsed_ms: Option<u64>,
+    /// Ready, but with a feature off (e.g. "speculation off").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -277,6 +283,8 @@ pub struct Judge {
     ready_marker: bool,
     shutdown: bool,
     exit: Option<ExitInfo>,
+    degraded: Option<String>,
+    probe_fail_since: Option<u64>,
 }
 
 impl Judge {
@@ -299,7 +307,14 @@ impl Judge {
             ready_marker: false,
             shutdown: false,
             exit: None,
+            degraded: None,
+            probe_fail_since: None,
         }
+    }
+
+    /// What the log says is off (e.g. "speculation off"), if anything.
+    pub fn degraded(&self) -> Option<&str> {
+        self.degraded.as_deref()
     }
 
     pub fn config(&self) -> &JudgeConfig {
@@ -493,6 +508,9 @@ impl Judge {
                     }
                 }
                 RuleKind::Shutdown => self.shutdown = true,
+                RuleKind::Degraded => {
+                    self.degraded = Some(h.hint.clone().unwrap_or_else(|| h.rule.clone()));
+                }
                 _ => {}
             }
         }
@@ -551,6 +569,13 @@ impl Judge {
     fn on_probe(&mut self, p: ProbeOutcome, ev: &mut Vec<Event>) {
         if p == ProbeOutcome::Ok && self.state == Verdict::Starting {
             self.become_ready(ev);
+        }
+        if self.state == Verdict::Ready {
+            if p == ProbeOutcome::Ok {
+                self.probe_fail_since = None;
+            } else if self.probe_fail_since.is_none() {
+                self.probe_fail_since = Some(self.now);
+            }
         }
     }
 
@@ -619,6 +644,23 @@ impl Judge {
                 self.crash(b, ev);
                 return;
             }
+        }
+        if self.state == Verdict::Ready {
+            if let (Some(limit), Some(since)) = (self.cfg.unhealthy_after_ms, self.probe_fail_since) {
+                let failing = self.now.saturating_sub(since);
+                if failing >= limit {
+                    self.state = Verdict::Unhealthy;
+                    let d = format!(
+                        "health and generation probes failing for {} (limit {})",
+                        fmt_ms(failing),
+                        fmt_ms(limit)
+                    );
+                    let hint = "the process lives but does not answer: a hung engine or a stopped process; check it with py-spy or restart it".to_string();
+                    let r = self.make_report(Verdict::Unhealthy, Phase::Serving, None, Some(hint), Some(d), vec![]);
+                    self.emit(r, ev);
+                }
+            }
+            return;
         }
         if self.state != Verdict::Starting || self.origin.is_none() {
             return;
@@ -698,6 +740,7 @@ impl Judge {
             progress: self.progress().cloned(),
             exit: self.exit.clone(),
             elapsed_ms: end,
+            degraded: self.degraded.clone(),
         }
     }
 

@@ -110,6 +110,8 @@ pub enum RuleKind {
     Heartbeat,
     /// Orderly shutdown requested by the operator.
     Shutdown,
+    /// The server runs on with a feature off (e.g. speculative decoding); its hint says what.
+    Degraded,
     /// Known noise: not progress (access logs, request lines).
     Noise,
 }

@@ -22,6 +22,8 @@ pub const REFUSED: i32 = 8;
 pub const NOT_STOPPED: i32 = 9;
 /// `check` (or `up` running it) found errors: nothing was launched.
 pub const CHECK_FAILED: i32 = 10;
+/// Ready, but degraded (e.g. speculative decoding asked for and off).
+pub const DEGRADED: i32 = 11;
 /// vigil was interrupted (SIGINT / SIGTERM) before a verdict.
 pub const INTERRUPTED: i32 = 130;
 

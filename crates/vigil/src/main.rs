@@ -7,9 +7,13 @@ mod exit;
 mod follow;
 mod gguf;
 mod keeper;
+mod kprobe;
 mod lines;
+mod metrics;
+mod notify;
 mod probe;
 mod procs;
+mod proof;
 mod report;
 mod run;
 mod up;
@@ -127,6 +131,34 @@ enum Cmd {
         /// Print each log line as it is read.
         #[arg(long)]
         echo: bool,
+        #[command(flatten)]
+        proof: ProofFlags,
+    },
+    /// Watch a run after ready: health and generation probes, the log, the process (= wait NAME --watch).
+    Watch {
+        name: String,
+        #[command(flatten)]
+        proof: ProofFlags,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One readiness check for Kubernetes exec probes: exit 0 ready, 1 not; one line.
+    Probe {
+        /// A run of `vigil up`.
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+        #[arg(long)]
+        url: Option<String>,
+        /// The server's log: a fatal marker in it means not ready.
+        #[arg(long, value_name = "FILE")]
+        log: Option<String>,
+        /// Also send one real completion.
+        #[arg(long)]
+        generate: bool,
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        timeout: std::time::Duration,
+        #[arg(long, value_name = "KIND")]
+        server: Option<String>,
     },
     /// List the server profiles (built-in and user).
     Profiles,
@@ -190,6 +222,45 @@ enum Cmd {
     Keeper { dir: PathBuf },
 }
 
+#[derive(clap::Args, Clone)]
+struct ProofFlags {
+    /// Do not prove readiness with a real completion.
+    #[arg(long)]
+    no_generate: bool,
+    /// Give up proving generation after this long (verdict unhealthy).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    generate_timeout: std::time::Duration,
+    /// Keep watching after ready (health and generation probes, the log, the process).
+    #[arg(long)]
+    watch: bool,
+    /// Watch: probes failing this long give `unhealthy`.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    unhealthy_after: std::time::Duration,
+    /// Watch: one generation probe this often.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    generate_every: std::time::Duration,
+    /// Serve Prometheus metrics on PORT or HOST:PORT (loopback by default).
+    #[arg(long, value_name = "ADDR", value_parser = metrics::parse_addr)]
+    metrics: Option<std::net::SocketAddr>,
+    /// Health probe timeout while watching (default from the profile).
+    #[arg(long = "watch-probe-timeout", value_parser = parse_duration)]
+    watch_probe_timeout: Option<std::time::Duration>,
+}
+
+impl ProofFlags {
+    fn apply(&self, w: &mut wait::Args) {
+        w.generate = !self.no_generate;
+        w.generate_timeout = self.generate_timeout;
+        w.watch = self.watch;
+        w.unhealthy_after = self.unhealthy_after;
+        w.generate_every = self.generate_every;
+        w.metrics = self.metrics;
+        if self.watch_probe_timeout.is_some() {
+            w.probe_timeout = self.watch_probe_timeout;
+        }
+    }
+}
+
 #[derive(clap::Args)]
 struct UpFlags {
     /// Run name (default: the server kind or the program name).
@@ -234,6 +305,8 @@ struct UpFlags {
     json: bool,
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    proof: ProofFlags,
 }
 
 impl UpFlags {
@@ -255,6 +328,11 @@ impl UpFlags {
             log_keep: self.log_keep,
             no_probe: self.no_probe,
             no_check: self.no_check,
+            proof: {
+                let mut w = wait::Args::new();
+                self.proof.apply(&mut w);
+                w
+            },
             cmd,
         }
     }
@@ -325,6 +403,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             json,
             quiet,
             echo,
+            proof,
         } => {
             check_server(&profiles, &server)?;
             if interval.is_zero() {
@@ -335,6 +414,8 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             let (mut log, mut pid, mut url, mut server) = (log, pid, url, server);
             let mut exit_state = None;
             let mut secrets = Vec::new();
+            let mut argv = Vec::new();
+            let mut restarts = 0;
             if let Some(n) = &name {
                 let (dir, rec) = run::load(n)?;
                 let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
@@ -347,30 +428,36 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                     }
                 }
                 exit_state = Some(dir.join("state.json"));
+                restarts = run::restarts(&dir);
+                if let Some(s) = run::secrets_path(n).ok().and_then(|p| run::read_json::<run::Secrets>(&p)) {
+                    argv = run::unredact(&rec, &s).0;
+                } else {
+                    argv = rec.argv.clone();
+                }
                 if let Some(s) = run::secrets_path(n).ok().and_then(|p| run::read_json::<run::Secrets>(&p)) {
                     secrets = run::secret_values(&s);
                 }
             }
-            let out = rt.block_on(wait::run(
-                wait::Args {
-                    url,
-                    log,
-                    log_cmd,
-                    pid,
-                    server,
-                    timeout,
-                    interval,
-                    probe_timeout,
-                    api_key_env,
-                    stall,
-                    json,
-                    quiet,
-                    echo,
-                    exit_state,
-                    secrets,
-                },
-                profiles,
-            ))?;
+            let mut w = wait::Args::new();
+            proof.apply(&mut w);
+            w.url = url;
+            w.log = log;
+            w.log_cmd = log_cmd;
+            w.pid = pid;
+            w.server = server;
+            w.timeout = timeout;
+            w.interval = interval;
+            w.probe_timeout = probe_timeout.or(w.probe_timeout);
+            w.api_key_env = api_key_env;
+            w.stall = stall;
+            w.json = json;
+            w.quiet = quiet;
+            w.echo = echo;
+            w.exit_state = exit_state;
+            w.secrets = secrets;
+            w.argv = argv;
+            w.restarts = restarts;
+            let out = rt.block_on(wait::run(w, profiles))?;
             Ok(out.code)
         }
         Cmd::Up { up: f, cmd } => {
@@ -382,6 +469,30 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         Cmd::Status { json } => up::status(json, &profiles),
         Cmd::Logs { name, follow, lines } => up::logs(&name, follow, lines),
         Cmd::Ps { json } => up::ps(json),
+        Cmd::Watch { name, proof, json } => {
+            let (dir, rec) = run::load(&name)?;
+            let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
+            let mut w = wait::Args::new();
+            proof.apply(&mut w);
+            w.watch = true;
+            w.json = json;
+            w.log = Some(rec.log.clone());
+            w.pid = st.server_pid;
+            w.server = rec.server.clone();
+            if let (Some(p), Some(pr)) = (rec.port, rec.server.as_ref().and_then(|k| profiles.get(k))) {
+                w.url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
+            }
+            w.exit_state = Some(dir.join("state.json"));
+            let secrets: run::Secrets =
+                run::secrets_path(&name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
+            w.secrets = run::secret_values(&secrets);
+            w.argv = run::unredact(&rec, &secrets).0;
+            w.restarts = run::restarts(&dir);
+            Ok(runtime()?.block_on(wait::run(w, profiles))?.code)
+        }
+        Cmd::Probe { name, url, log, generate, timeout, server } => {
+            runtime()?.block_on(kprobe::run(name, url, log, generate, timeout, server, &profiles))
+        }
         Cmd::Check { json, server, cmd } => {
             check_server(&profiles, &server)?;
             check::run(cmd, server, json, &profiles)

@@ -138,3 +138,100 @@ mod tests {
         assert!(Target::parse("http://h:99999/").is_err());
     }
 }
+
+/// The largest response body vigil reads (a generation answer is small; a hostile one is cut).
+pub const MAX_BODY: usize = 1 << 20;
+
+/// One HTTP/1.1 request with a JSON body (or none), a deadline and a bounded read. Returns the
+/// status and the body (chunked encoding decoded).
+pub async fn request(
+    t: &Target,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+    bearer: Option<&str>,
+) -> Result<(u16, Vec<u8>), String> {
+    let fut = async {
+        let mut s = TcpStream::connect((t.host.as_str(), t.port)).await.map_err(|e| format!("connect: {e}"))?;
+        let host = if t.host.contains(':') { format!("[{}]", t.host) } else { t.host.clone() };
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}:{}\r\nUser-Agent: vigil\r\nAccept: application/json\r\nConnection: close\r\n", t.port);
+        if let Some(b) = bearer {
+            req.push_str(&format!("Authorization: Bearer {b}\r\n"));
+        }
+        if let Some(b) = body {
+            req.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()));
+        }
+        req.push_str("\r\n");
+        if let Some(b) = body {
+            req.push_str(b);
+        }
+        s.write_all(req.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
+        let mut data = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = s.read(&mut buf).await.map_err(|e| format!("read: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            data.extend_from_slice(&buf[..n]);
+            if data.len() > MAX_BODY + MAX_HEAD {
+                return Err(format!("answer larger than {} bytes", MAX_BODY));
+            }
+        }
+        parse_response(&data)
+    };
+    tokio::time::timeout(timeout, fut).await.map_err(|_| format!("no answer within {:.1}s", timeout.as_secs_f64()))?
+}
+
+fn parse_response(data: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let end = data.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no complete HTTP header")?;
+    let head = String::from_utf8_lossy(&data[..end]);
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let mut parts = status_line.split_whitespace();
+    let code = match (parts.next(), parts.next()) {
+        (Some(v), Some(c)) if v.starts_with("HTTP/1.") => c.parse::<u16>().map_err(|_| "bad status line")?,
+        _ => return Err("not an HTTP answer".into()),
+    };
+    let chunked = lines.any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    let mut body = data[end + 4..].to_vec();
+    if chunked {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        while let Some(i) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size =
+                usize::from_str_radix(String::from_utf8_lossy(&rest[..i]).split(';').next().unwrap_or("").trim(), 16)
+                    .map_err(|_| "bad chunk size")?;
+            rest = &rest[i + 2..];
+            if size == 0 || rest.len() < size {
+                out.extend_from_slice(&rest[..size.min(rest.len())]);
+                break;
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[(size + 2).min(rest.len())..];
+        }
+        body = out;
+    }
+    Ok((code, body))
+}
+
+#[cfg(test)]
+mod http_tests {
+    use super::*;
+
+    #[test]
+    fn parses_plain_and_chunked() {
+        let (c, b) = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi").unwrap();
+        assert_eq!((c, b.as_slice()), (200, &b"hi"[..]));
+        let (c, b) =
+            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+                .unwrap();
+        assert_eq!((c, b.as_slice()), (200, &b"abcde"[..]));
+        assert!(parse_response(b"garbage").is_err());
+        assert!(parse_response(b"SSH-2.0-x\r\n\r\n").is_err());
+    }
+}

@@ -276,6 +276,11 @@ pub fn load(name: &str) -> Result<(PathBuf, RunRecord), CliError> {
     Ok((dir, r))
 }
 
+/// How many times a run was restarted (`vigil restart`), from its `restarts` file.
+pub fn restarts(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join("restarts")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,8 @@ pub struct UpArgs {
     pub log_keep: u32,
     pub no_probe: bool,
     pub no_check: bool,
+    /// Proof and watch settings for the watch after launch.
+    pub proof: wait::Args,
     pub cmd: Vec<String>,
 }
 
@@ -246,7 +248,7 @@ async fn launch(
         let surv = stop_run(&dir, &st, a.grace, &mut rep)?;
         return Ok(if surv.is_empty() { exit::INTERRUPTED } else { exit::NOT_STOPPED });
     }
-    if a.detach || out.report.as_ref().is_none_or(|r| r.verdict != Verdict::Ready) {
+    if a.detach || a.proof.watch || out.report.as_ref().is_none_or(|r| r.verdict != Verdict::Ready) {
         return Ok(out.code);
     }
     // Foreground after ready: stay until the server ends or Ctrl-C stops it.
@@ -316,31 +318,29 @@ async fn watch(
         _ => None,
     };
     let _ = name;
-    wait::run(
-        wait::Args {
-            url,
-            log: Some(rec.log.clone()),
-            log_cmd: None,
-            pid: Some(pid),
-            server: rec.server.clone(),
-            timeout: a.timeout,
-            interval: Duration::from_secs(1),
-            probe_timeout: None,
-            api_key_env: None,
-            stall: a.stall.clone(),
-            json: a.json,
-            quiet: a.quiet,
-            echo: false,
-            exit_state: Some(dir.join("state.json")),
-            secrets: run::secrets_path(&rec.name)
-                .ok()
-                .and_then(|p| run::read_json::<Secrets>(&p))
-                .map(|s| run::secret_values(&s))
-                .unwrap_or_default(),
-        },
-        profiles,
-    )
-    .await
+    let mut w = wait::Args::new();
+    let p = &a.proof;
+    w.generate = p.generate;
+    w.generate_timeout = p.generate_timeout;
+    w.watch = p.watch;
+    w.unhealthy_after = p.unhealthy_after;
+    w.generate_every = p.generate_every;
+    w.metrics = p.metrics;
+    w.probe_timeout = p.probe_timeout;
+    w.url = url;
+    w.log = Some(rec.log.clone());
+    w.pid = Some(pid);
+    w.server = rec.server.clone();
+    w.timeout = a.timeout;
+    w.stall = a.stall.clone();
+    w.json = a.json;
+    w.quiet = a.quiet;
+    w.exit_state = Some(dir.join("state.json"));
+    let secrets: Secrets = run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
+    w.secrets = run::secret_values(&secrets);
+    w.argv = run::unredact(rec, &secrets).0;
+    w.restarts = run::restarts(dir);
+    wait::run(w, profiles).await
 }
 
 fn join_pids(v: &[i32]) -> String {
@@ -591,6 +591,8 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, C
         }
     }
     let a = UpArgs { detach: true, replace: true, ..a };
+    let n = run::restarts(&dir) + 1;
+    run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;
     launch(name, argv, env, PathBuf::from(&rec.cwd), rec.server.clone(), &a, profiles).await
 }
 

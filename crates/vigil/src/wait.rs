@@ -1,18 +1,26 @@
-//! `vigil wait`: attach to a server started elsewhere and reach a verdict.
+//! `vigil wait` (and the watch of `vigil up`): attach to a server and reach a verdict.
 //!
-//! One `tokio::select!` loop owns all state (classifier, judge, probe schedule); workers (log
-//! follower, `--log-cmd` readers, the pid watcher, one probe at a time) talk to it over channels.
+//! One `tokio::select!` loop owns all state (classifier, judge, probe schedule, stage); workers (log
+//! follower, `--log-cmd` readers, the pid watcher, one probe and one generation at a time) talk to it
+//! over channels or join handles. Stages: starting (the judge decides) → proving (one real
+//! completion, and speculation when asked for) → ready; with `--watch`, then watching (health and
+//! generation probes, the log, the process) until crashed, unhealthy or interrupted.
 
 use crate::cli::{parse_stalls, CliError};
 use crate::exit;
 use crate::follow::{self, SourceMsg};
+use crate::metrics::Metrics;
+use crate::notify::Notifier;
 use crate::probe::{self, ProbeResult, Target};
+use crate::proof::{self, GenProof};
 use crate::report::Reporter;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use vigil_core::judge::fmt_ms;
 use vigil_core::{
-    Classifier, Event, ExitInfo, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Verdict,
+    Classifier, Event, ExitInfo, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Report, Verdict,
 };
 
 pub struct Args {
@@ -33,22 +41,79 @@ pub struct Args {
     pub exit_state: Option<PathBuf>,
     /// Values never to print (a run's secrets).
     pub secrets: Vec<String>,
+    /// The server's command line, when known (speculation asked for? SGLang node rank?).
+    pub argv: Vec<String>,
+    /// Prove readiness with one real completion (default on).
+    pub generate: bool,
+    /// Give up proving generation after this long: `unhealthy`.
+    pub generate_timeout: Duration,
+    /// Keep watching after ready.
+    pub watch: bool,
+    /// Watch: probes failing this long → unhealthy.
+    pub unhealthy_after: Duration,
+    /// Watch: a generation probe this often.
+    pub generate_every: Duration,
+    pub metrics: Option<std::net::SocketAddr>,
+    pub restarts: u64,
+}
+
+impl Args {
+    pub fn new() -> Args {
+        Args {
+            url: None,
+            log: None,
+            log_cmd: None,
+            pid: None,
+            server: None,
+            timeout: Duration::from_secs(7200),
+            interval: Duration::from_secs(1),
+            probe_timeout: None,
+            api_key_env: None,
+            stall: vec![],
+            json: false,
+            quiet: false,
+            echo: false,
+            exit_state: None,
+            secrets: vec![],
+            argv: vec![],
+            generate: true,
+            generate_timeout: Duration::from_secs(120),
+            watch: false,
+            unhealthy_after: Duration::from_secs(30),
+            generate_every: Duration::from_secs(60),
+            metrics: None,
+            restarts: 0,
+        }
+    }
 }
 
 /// How `wait` ended: the exit code and, when a verdict was reached, its report.
 pub struct Outcome {
     pub code: i32,
-    pub report: Option<vigil_core::Report>,
+    pub report: Option<Report>,
 }
 
-pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
+enum Stage {
+    Starting,
+    /// Health is good; proving that generation works. (first attempt, the judge's ready report)
+    Proving(Instant, Box<Report>),
+    Watching,
+}
+
+async fn pending<T>(h: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
+    match h.as_mut() {
+        Some(h) => h.await,
+        None => std::future::pending().await,
+    }
+}
+
+pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let t0 = Instant::now();
     let ms = move || t0.elapsed().as_millis() as u64;
     let mut rep = Reporter::new(a.json, a.quiet);
     for s in &a.secrets {
         rep.add_secret(s);
     }
-
     let bearer = match &a.api_key_env {
         Some(var) => {
             let v =
@@ -64,7 +129,15 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
 
     let has_log = a.log.is_some() || a.log_cmd.is_some();
     // The command line of --pid names the server kind, its port, and (SGLang) its node rank.
-    let argv = a.pid.and_then(follow::cmdline).unwrap_or_default();
+    if a.argv.is_empty() {
+        a.argv = a.pid.and_then(follow::cmdline).unwrap_or_default();
+    }
+    let argv = a.argv.clone();
+    // A server started with --api-key needs it for the generation proof (sent as a bearer, never printed).
+    let bearer = bearer.or_else(|| follow::arg_value(&argv, "--api-key").map(String::from));
+    if let Some(b) = &bearer {
+        rep.add_secret(b);
+    }
     let server_name = a.server.clone().or_else(|| profiles.detect_cmd(&argv).map(String::from));
     let forced = server_name.as_ref().and_then(|s| profiles.get(s)).cloned();
     // SGLang nodes with --node-rank >= 1 serve a dummy /health that is always 200: never proof of readiness.
@@ -88,6 +161,8 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
             return Err(CliError::usage(format!("--pid {pid}: no such live process")));
         }
     }
+    let wants_spec = proof::wants_speculation(&argv);
+    let generate = a.generate && target.is_some() && !dummy_health;
     let (stall_all, stall_per) = parse_stalls(&a.stall)?;
     let mut cfg = JudgeConfig {
         live: true,
@@ -95,6 +170,7 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         stall_enabled: has_log,
         stall_default_ms: stall_all,
         timeout_ms: Some(a.timeout.as_millis() as u64),
+        unhealthy_after_ms: a.watch.then_some(a.unhealthy_after.as_millis() as u64),
         ..JudgeConfig::default()
     };
     if let Some(p) = &forced {
@@ -116,6 +192,17 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let mut probe_timeout = a
         .probe_timeout
         .unwrap_or_else(|| Duration::from_secs_f64(forced.as_ref().map_or(5.0, |p| p.probe_timeout_secs)));
+
+    let mut notifier = Notifier::from_env();
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let m = Metrics::new(a.restarts);
+            let local = m.clone().serve(addr).await.map_err(|e| CliError::usage(format!("--metrics {addr}: {e}")))?;
+            rep.note(0, &format!("metrics on http://{local}/metrics"));
+            Some(m)
+        }
+        None => None,
+    };
 
     // Sources.
     let (tx, mut rx) = mpsc::unbounded_channel::<SourceMsg>();
@@ -170,24 +257,28 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let mut next_probe = Instant::now();
     let mut probe_asap = false;
     let mut log_says_up = false;
-    let mut probe_task: Option<tokio::task::JoinHandle<ProbeResult>> = None;
+    let mut probe_task: Option<JoinHandle<ProbeResult>> = None;
+    let mut gen_task: Option<JoinHandle<GenProof>> = None;
+    let mut next_gen = Instant::now();
     let mut last_probe: Option<(ProbeOutcome, String)> = None;
     let mut lines_open = has_log;
+    let mut stage = Stage::Starting;
     // An exit is judged only once the log has caught up (quiet for EXIT_DRAIN, at most EXIT_DRAIN_MAX):
     // the last lines a dying server writes hold the cause.
     const EXIT_DRAIN: Duration = Duration::from_millis(150);
     const EXIT_DRAIN_MAX: Duration = Duration::from_secs(2);
-    let mut pending_exit: Option<(ExitInfo, Instant, Instant)> = None; // (exit, last line, first seen)
+    let mut pending_exit: Option<(ExitInfo, Instant, Instant)> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let interrupt_base = crate::interrupts();
 
     loop {
         let mut events: Vec<Event> = Vec::new();
+        let mut gen_done: Option<GenProof> = None;
         tokio::select! {
             _ = crate::next_interrupt(interrupt_base) => {
-                rep.note(ms(), "interrupted before a verdict");
-                return Ok(Outcome { code: exit::INTERRUPTED, report: None });
+                rep.note(ms(), if matches!(stage, Stage::Watching) { "interrupted while watching" } else { "interrupted before a verdict" });
+                return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned() });
             }
             m = rx.recv(), if lines_open => match m {
                 Some(SourceMsg::Line(raw)) => {
@@ -232,7 +323,7 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     events = judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) });
                 }
             }
-            r = async { match probe_task.as_mut() { Some(h) => h.await, None => std::future::pending().await } } => {
+            r = pending(&mut probe_task) => {
                 probe_task = None;
                 let r = r.map_err(|e| CliError::Internal(format!("probe task: {e}")))?;
                 let key = (r.outcome, r.note.clone());
@@ -242,14 +333,22 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     }
                     last_probe = Some(key);
                 }
-                let outcome = if dummy_health && r.outcome == ProbeOutcome::Ok {
-                    ProbeOutcome::NotReady
-                } else {
-                    r.outcome
-                };
+                if let Some(m) = &metrics {
+                    m.probe_latency(r.latency.as_secs_f64());
+                }
+                let outcome = if dummy_health && r.outcome == ProbeOutcome::Ok { ProbeOutcome::NotReady } else { r.outcome };
+                if outcome == ProbeOutcome::Ok && matches!(stage, Stage::Watching) {
+                    if let Some(n) = &mut notifier {
+                        n.healthy();
+                    }
+                }
                 events = judge.feed(Fact { at: Some(ms()), input: Input::Probe(outcome) });
                 let every = if !has_log || log_says_up { a.interval } else { rare };
                 next_probe = Instant::now() + every;
+            }
+            g = pending(&mut gen_task) => {
+                gen_task = None;
+                gen_done = Some(g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?);
             }
             _ = tick.tick() => {
                 let drained = pending_exit.as_ref().is_some_and(|(_, last, first)| {
@@ -264,24 +363,120 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
             }
         }
         for ev in &events {
-            if let Event::ProbeNow { .. } = ev {
-                log_says_up = true;
-                probe_asap = true;
+            match ev {
+                Event::ProbeNow { .. } => {
+                    log_says_up = true;
+                    probe_asap = true;
+                }
+                Event::Phase { phase, .. } => {
+                    if let Some(n) = &notifier {
+                        n.status(&format!("{} {phase}", server.as_deref().unwrap_or("server")));
+                    }
+                }
+                Event::Progress { phase, progress } => {
+                    if let Some(n) = &mut notifier {
+                        n.extend(Duration::from_millis(judge.config().stall_limit_ms(*phase)));
+                        n.status(&format!(
+                            "{} {phase} {}/{}",
+                            server.as_deref().unwrap_or("server"),
+                            progress.k,
+                            progress.n
+                        ));
+                    }
+                }
+                Event::Verdict(_) => {}
             }
             rep.event(ms(), ev);
         }
+        // A verdict from the judge.
         if let Some(Event::Verdict(r)) = events.iter().find(|e| matches!(e, Event::Verdict(_))) {
-            if let Some(h) = probe_task.take() {
-                h.abort();
+            let r = (**r).clone();
+            match (r.verdict, &stage) {
+                (Verdict::Ready, Stage::Starting) if generate => {
+                    rep.note(ms(), "health is good: proving generation with one real completion");
+                    stage = Stage::Proving(Instant::now(), Box::new(r));
+                    next_gen = Instant::now();
+                }
+                (Verdict::Ready, Stage::Starting) => {
+                    let r = finish_ready(r, None, wants_spec, judge.degraded());
+                    if let Some(o) = announce_ready(&mut rep, &notifier, ms(), &r, a.watch) {
+                        return Ok(o);
+                    }
+                    stage = Stage::Watching;
+                    next_gen = Instant::now() + a.generate_every;
+                }
+                _ => {
+                    if let Some(h) = probe_task.take() {
+                        h.abort();
+                    }
+                    if let Some(n) = &notifier {
+                        n.status(&format!(
+                            "{} {} in {}",
+                            r.verdict,
+                            r.cause.map(|c| c.to_string()).unwrap_or_default(),
+                            r.phase
+                        ));
+                    }
+                    rep.verdict(ms(), &r, None);
+                    update_metrics(&metrics, &judge, r.verdict);
+                    return Ok(Outcome { code: exit::for_verdict(r.verdict), report: Some(r) });
+                }
             }
-            rep.verdict(ms(), r, None);
-            return Ok(Outcome { code: exit::for_verdict(r.verdict), report: Some((**r).clone()) });
         }
-        if judge.state() != Verdict::Starting {
-            let r = judge.final_report();
-            rep.verdict(ms(), &r, None);
-            return Ok(Outcome { code: exit::for_verdict(r.verdict), report: Some(r) });
+        // A generation proof came back.
+        if let Some(g) = gen_done {
+            if rep.mode == crate::report::Mode::Json {
+                rep.json(serde_json::json!({"event": "generation", "t_ms": ms(), "ok": g.ok, "endpoint": g.endpoint, "tokens": g.tokens, "ms": g.ms, "note": g.note, "spec": g.spec}));
+            }
+            match &stage {
+                Stage::Proving(since, r) => {
+                    if g.ok {
+                        let mut g = g;
+                        if wants_spec && server.as_deref() == Some("sglang") {
+                            if let Some(t) = &target {
+                                let acc = proof::sglang_accept_length(t, probe_timeout, bearer.as_deref()).await;
+                                g.spec = acc.map(|a| ((a * 1000.0) as u64, ((a - 1.0).max(0.0) * 1000.0) as u64));
+                            }
+                        }
+                        let r = finish_ready((**r).clone(), Some(&g), wants_spec, judge.degraded());
+                        if let Some(o) = announce_ready(&mut rep, &notifier, ms(), &r, a.watch) {
+                            return Ok(o);
+                        }
+                        stage = Stage::Watching;
+                        next_gen = Instant::now() + a.generate_every;
+                    } else if since.elapsed() >= a.generate_timeout {
+                        let mut r = (**r).clone();
+                        r.verdict = Verdict::Unhealthy;
+                        r.detail = Some(format!(
+                            "health answers but generation fails for {}: {} ({})",
+                            fmt_ms(since.elapsed().as_millis() as u64),
+                            g.note,
+                            g.endpoint
+                        ));
+                        r.hint = Some("the HTTP side is up but the engine does not generate: read the server log; try the completion by hand".into());
+                        rep.verdict(ms(), &r, None);
+                        return Ok(Outcome { code: exit::UNHEALTHY, report: Some(r) });
+                    } else {
+                        rep.note(ms(), &format!("generation proof failed ({}), retrying", g.note));
+                        next_gen = Instant::now() + Duration::from_secs(1);
+                    }
+                }
+                Stage::Watching => {
+                    let outcome = if g.ok { ProbeOutcome::Ok } else { ProbeOutcome::Error };
+                    if !g.ok {
+                        rep.note(ms(), &format!("generation probe failed: {}", g.note));
+                    }
+                    let ev = judge.feed(Fact { at: Some(ms()), input: Input::Probe(outcome) });
+                    if let Some(Event::Verdict(r)) = ev.iter().find(|e| matches!(e, Event::Verdict(_))) {
+                        rep.verdict(ms(), r, None);
+                        return Ok(Outcome { code: exit::for_verdict(r.verdict), report: Some((**r).clone()) });
+                    }
+                    next_gen = Instant::now() + a.generate_every;
+                }
+                Stage::Starting => {}
+            }
         }
+        // Schedule the next probe and generation; never two at once.
         if let Some(t) = &target {
             if probe_task.is_none() && (probe_asap || Instant::now() >= next_probe) {
                 probe_asap = false;
@@ -290,10 +485,88 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 let pt = probe_timeout;
                 probe_task = Some(tokio::spawn(async move { probe::probe(&t, pt, b.as_deref()).await }));
             }
+            let want_gen = match stage {
+                Stage::Proving(..) => true,
+                Stage::Watching => a.generate && !dummy_health,
+                Stage::Starting => false,
+            };
+            if want_gen && gen_task.is_none() && Instant::now() >= next_gen {
+                let t = t.clone();
+                let b = bearer.clone();
+                let kind = server.clone();
+                let to = probe_timeout.max(Duration::from_secs(30));
+                gen_task =
+                    Some(tokio::spawn(async move { proof::generate(kind.as_deref(), &t, to, b.as_deref()).await }));
+            }
         }
         let probe_txt = last_probe.as_ref().map(|(_, n)| n.as_str());
-        rep.live(ms(), &judge, server.as_deref(), probe_txt);
+        if !matches!(stage, Stage::Watching) {
+            rep.live(ms(), &judge, server.as_deref(), probe_txt);
+        }
+        update_metrics(&metrics, &judge, judge.state());
     }
+}
+
+fn update_metrics(m: &Option<Metrics>, j: &Judge, v: Verdict) {
+    if let Some(m) = m {
+        if let Some(r) = j.report() {
+            if let Some(s) = &r.server {
+                m.set_server(s);
+            }
+        }
+        m.update(j.phase(), j.in_phase_ms().unwrap_or(0) as f64 / 1000.0, v);
+    }
+}
+
+/// The ready report with the generation proof and the speculation verdict folded in.
+fn finish_ready(mut r: Report, g: Option<&GenProof>, wants_spec: bool, log_degraded: Option<&str>) -> Report {
+    let mut details = Vec::new();
+    if let Some(g) = g {
+        details.push(format!("generation proof: {} via {}", g.note, g.endpoint));
+    }
+    if wants_spec {
+        match (g.and_then(|g| g.spec), log_degraded) {
+            (_, Some(d)) => r.degraded = Some(d.to_string()),
+            (Some((drafted, accepted)), None) if drafted > 0 => {
+                if r.server.as_deref() == Some("sglang") {
+                    details.push(format!("speculation on: average accept length {:.2}", drafted as f64 / 1000.0));
+                    if drafted <= 1000 {
+                        r.degraded = Some("speculation off: average accept length is not above 1".into());
+                    }
+                } else {
+                    details.push(format!(
+                        "speculation on: {accepted}/{drafted} drafted tokens accepted ({:.0}%)",
+                        100.0 * accepted as f64 / drafted as f64
+                    ));
+                }
+            }
+            (_, None) if g.is_some() && r.server.as_deref() != Some("vllm") => {
+                r.degraded = Some("speculation off: asked for, but the proof request drafted no tokens".into());
+            }
+            _ => details.push("speculation asked for; not verified for this server".into()),
+        }
+    }
+    if let Some(d) = &r.degraded {
+        details.push(format!("degraded: {d}"));
+    }
+    if !details.is_empty() {
+        r.detail = Some(details.join("; "));
+    }
+    r
+}
+
+/// Prints the ready verdict, tells systemd; returns the outcome unless watching continues.
+fn announce_ready(rep: &mut Reporter, n: &Option<Notifier>, t: u64, r: &Report, watch: bool) -> Option<Outcome> {
+    rep.verdict(t, r, None);
+    if let Some(n) = n {
+        n.ready(&format!("ready{}", r.degraded.as_ref().map(|d| format!(" (degraded: {d})")).unwrap_or_default()));
+    }
+    let code = if r.degraded.is_some() { exit::DEGRADED } else { exit::READY };
+    if watch {
+        rep.note(t, "watching: health and generation probes, the log, the process");
+        return None;
+    }
+    Some(Outcome { code, report: Some(r.clone()) })
 }
 
 /// The exit status of a process that died: from the keeper's state.json when it is a run of ours

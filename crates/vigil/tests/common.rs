@@ -21,8 +21,8 @@ pub fn env() -> Option<Env> {
         .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/llama-server-0.3.36/bin/llama-server"));
     let models = std::env::var("VIGIL_MODELS")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/models-v2"));
-    if server.is_file() && models.join("tiny.gguf").is_file() {
+        .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/models-v3"));
+    if server.is_file() && models.join("random-draft.gguf").is_file() {
         return Some(Env { server, models });
     }
     if std::env::var("CI").as_deref() == Ok("true") {

@@ -116,9 +116,19 @@ pub fn signal_name(s: i32) -> String {
     n.to_string()
 }
 
+/// GPU memory held by the server's process tree, from one sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuFact {
+    pub total_mib: u64,
+    /// Human form, e.g. "76.0 GiB held on each of GPUs 0-7".
+    pub describe: String,
+}
+
 #[derive(Debug, Clone)]
 pub enum Input {
     Line(Box<Line>),
+    /// A GPU sample: any change in the tree's GPU memory is progress; utilisation never counts.
+    Gpu(GpuFact),
     Probe(ProbeOutcome),
     Exit(ExitInfo),
     /// Time passes.
@@ -285,6 +295,9 @@ pub struct Judge {
     exit: Option<ExitInfo>,
     degraded: Option<String>,
     probe_fail_since: Option<u64>,
+    gpu: Option<GpuFact>,
+    last_line_at: Option<u64>,
+    last_probe_ok: Option<bool>,
 }
 
 impl Judge {
@@ -309,7 +322,15 @@ impl Judge {
             exit: None,
             degraded: None,
             probe_fail_since: None,
+            gpu: None,
+            last_line_at: None,
+            last_probe_ok: None,
         }
+    }
+
+    /// The last GPU fact, if GPU readings are on.
+    pub fn gpu(&self) -> Option<&GpuFact> {
+        self.gpu.as_ref()
     }
 
     /// What the log says is off (e.g. "speculation off"), if anything.
@@ -391,7 +412,20 @@ impl Judge {
             return ev;
         }
         match fact.input {
-            Input::Line(l) => self.on_line(*l, &mut ev),
+            Input::Line(l) => {
+                self.last_line_at = Some(self.now);
+                self.on_line(*l, &mut ev)
+            }
+            Input::Gpu(g) => {
+                let changed = match &self.gpu {
+                    Some(prev) => prev.total_mib != g.total_mib,
+                    None => g.total_mib > 0,
+                };
+                if changed && self.state == Verdict::Starting {
+                    self.last_progress = self.now;
+                }
+                self.gpu = Some(g);
+            }
             Input::Probe(p) => self.on_probe(p, &mut ev),
             Input::Exit(x) => self.on_exit(x, &mut ev),
             Input::Tick => {}
@@ -567,6 +601,7 @@ impl Judge {
     }
 
     fn on_probe(&mut self, p: ProbeOutcome, ev: &mut Vec<Event>) {
+        self.last_probe_ok = Some(p == ProbeOutcome::Ok);
         if p == ProbeOutcome::Ok && self.state == Verdict::Starting {
             self.become_ready(ev);
         }
@@ -670,13 +705,29 @@ impl Judge {
             let quiet = self.since_progress_ms();
             if quiet >= limit {
                 self.state = Verdict::Stalled;
-                let mut d = format!("no progress for {} in {}", fmt_ms(quiet), self.phase);
-                if let Some(p) = self.progress() {
-                    d.push_str(&format!(" (last progress {}/{}", p.k, p.n));
-                    if let Some(x) = &p.detail {
-                        d.push_str(&format!(", {x}"));
+                let progress = self.progress().map(|p| match &p.detail {
+                    Some(x) => format!(" ({x}, {}/{})", p.k, p.n),
+                    None => format!(" ({}/{})", p.k, p.n),
+                });
+                let mut d = match &self.gpu {
+                    // The zombie: alive, GPU memory held and flat, no log progress.
+                    Some(g) if g.total_mib > 0 => {
+                        let silent = match self.last_line_at {
+                            Some(t) => format!("no log line for {}", fmt_ms(self.now.saturating_sub(t))),
+                            None => "no log line at all".into(),
+                        };
+                        format!(
+                            "alive {}, {} and flat, {silent}, last phase {}{}",
+                            fmt_ms(self.elapsed_ms().unwrap_or(0)),
+                            g.describe,
+                            self.phase,
+                            progress.clone().unwrap_or_default()
+                        )
                     }
-                    d.push(')');
+                    _ => format!("no progress for {} in {}{}", fmt_ms(quiet), self.phase, progress.unwrap_or_default()),
+                };
+                if self.last_probe_ok == Some(false) {
+                    d.push_str("; health not answering");
                 }
                 d.push_str(&format!("; stall limit {}", fmt_ms(limit)));
                 let hint = stall_hint(self.phase).to_string();

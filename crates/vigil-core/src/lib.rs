@@ -8,7 +8,7 @@ pub mod time;
 pub mod types;
 
 pub use classify::{Classifier, Line};
-pub use judge::{Event, ExitInfo, Fact, Input, Judge, JudgeConfig, ProbeOutcome, Report};
+pub use judge::{Event, ExitInfo, Fact, GpuFact, Input, Judge, JudgeConfig, ProbeOutcome, Report};
 pub use profile::{Profile, Profiles};
 pub use types::{Cause, Phase, Verdict};
 

@@ -809,13 +809,34 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
             format!("TP×PP×DP = {gpus_needed} GPUs needed, nvidia-smi shows {n}"),
             None,
         ),
-        (_, None) => rep.add(
-            Severity::Info,
-            "gpus",
-            "GPU checks skipped: nvidia-smi not available (GPU count and free memory not checked)",
-            None,
-        ),
         _ => {}
+    }
+    // GPU memory held by processes that are not this launch: memory the new server will not get.
+    match crate::gpu::Reader::open().and_then(|r| r.sample()) {
+        Ok(s) => {
+            for p in &s.procs {
+                let cmd = crate::follow::cmdline(p.pid)
+                    .map(|c| c.join(" "))
+                    .unwrap_or_else(|| "a process of another pid namespace".into());
+                let (red, _, _) = crate::run::redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]);
+                rep.add(
+                    Severity::Warning,
+                    "gpu-foreign",
+                    format!("GPU {}: pid {} ({}) already holds {} MiB", p.gpu, p.pid, red.join(" "), p.used_mib),
+                    Some(format!("stop it first (`vigil down --pid {}`) if it is a leftover", p.pid)),
+                );
+            }
+            let n = s.gpus.len() as u64;
+            if smi.is_none() && visible.is_none() && n < gpus_needed {
+                rep.add(
+                    Severity::Error,
+                    "gpus",
+                    format!("TP×PP×DP = {gpus_needed} GPUs needed, {} shows {n}", s.source),
+                    None,
+                );
+            }
+        }
+        Err(why) => rep.add(Severity::Info, "gpus", why, None),
     }
     if gpus_needed > 1 {
         if let Some(b) = shm_bytes() {

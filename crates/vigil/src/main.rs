@@ -6,6 +6,7 @@ mod diagnose;
 mod exit;
 mod follow;
 mod gguf;
+mod gpu;
 mod keeper;
 mod kprobe;
 mod lines;
@@ -218,6 +219,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// GPU readings (NVML, else nvidia-smi): per GPU memory and utilisation, per process memory.
+    Gpu {
+        #[arg(long)]
+        json: bool,
+    },
     #[command(name = "__keeper", hide = true)]
     Keeper { dir: PathBuf },
 }
@@ -242,6 +248,9 @@ struct ProofFlags {
     /// Serve Prometheus metrics on PORT or HOST:PORT (loopback by default).
     #[arg(long, value_name = "ADDR", value_parser = metrics::parse_addr)]
     metrics: Option<std::net::SocketAddr>,
+    /// GPU sampling interval (NVML or nvidia-smi; off when neither exists).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    gpu_interval: std::time::Duration,
     /// Health probe timeout while watching (default from the profile).
     #[arg(long = "watch-probe-timeout", value_parser = parse_duration)]
     watch_probe_timeout: Option<std::time::Duration>,
@@ -255,6 +264,7 @@ impl ProofFlags {
         w.unhealthy_after = self.unhealthy_after;
         w.generate_every = self.generate_every;
         w.metrics = self.metrics;
+        w.gpu_interval = self.gpu_interval;
         if self.watch_probe_timeout.is_some() {
             w.probe_timeout = self.watch_probe_timeout;
         }
@@ -469,6 +479,44 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         Cmd::Status { json } => up::status(json, &profiles),
         Cmd::Logs { name, follow, lines } => up::logs(&name, follow, lines),
         Cmd::Ps { json } => up::ps(json),
+        Cmd::Gpu { json } => {
+            let reader = match gpu::Reader::open() {
+                Ok(r) => r,
+                Err(e) => {
+                    crate::report::out_line(&e);
+                    return Ok(exit::READY);
+                }
+            };
+            let s = reader.sample().map_err(CliError::Internal)?;
+            if json {
+                let mut v = serde_json::to_value(&s).unwrap_or_default();
+                v["t_unix_ms"] = run::now_ms().into();
+                crate::report::out_line(&v.to_string());
+            } else {
+                for g in &s.gpus {
+                    crate::report::out_line(&format!(
+                        "GPU {}  {:>7} / {:>7} MiB  util {}%  ({})",
+                        g.index,
+                        g.used_mib,
+                        g.total_mib,
+                        g.util.map_or("?".into(), |u| u.to_string()),
+                        s.source
+                    ));
+                }
+                for p in &s.procs {
+                    let cmd = follow::cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| "?".into());
+                    let (red, _, _) = run::redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]);
+                    crate::report::out_line(&format!(
+                        "  pid {:>7} GPU {} {:>7} MiB  {}",
+                        p.pid,
+                        p.gpu,
+                        p.used_mib,
+                        red.join(" ")
+                    ));
+                }
+            }
+            Ok(exit::READY)
+        }
         Cmd::Watch { name, proof, json } => {
             let (dir, rec) = run::load(&name)?;
             let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();

@@ -33,6 +33,30 @@ fn num(v: &Value) -> Option<u64> {
 
 /// Sends one small greedy completion and checks that the answer has tokens.
 pub async fn generate(kind: Option<&str>, t: &Target, timeout: Duration, bearer: Option<&str>) -> GenProof {
+    generate_with(kind, t, timeout, bearer, None).await
+}
+
+/// The model a command serves (`serve MODEL`, `--model`, `--model-path`, `-m`), for OpenAI-style requests.
+pub fn model_hint(argv: &[String]) -> Option<String> {
+    crate::follow::arg_value(argv, "--model")
+        .or_else(|| crate::follow::arg_value(argv, "--model-path"))
+        .map(String::from)
+        .or_else(|| {
+            argv.iter()
+                .position(|a| a == "serve")
+                .and_then(|i| argv.get(i + 1))
+                .filter(|m| !m.starts_with('-'))
+                .cloned()
+        })
+}
+
+pub async fn generate_with(
+    kind: Option<&str>,
+    t: &Target,
+    timeout: Duration,
+    bearer: Option<&str>,
+    hint: Option<String>,
+) -> GenProof {
     let t0 = Instant::now();
     let fail = |endpoint: &str, note: String| GenProof {
         ok: false,
@@ -59,7 +83,7 @@ pub async fn generate(kind: Option<&str>, t: &Target, timeout: Duration, bearer:
                 }
                 _ => None,
             };
-            let Some(model) = model else { return fail("/v1/models", "no model id from /v1/models".into()) };
+            let Some(model) = model.or(hint) else { return fail("/v1/models", "no model id from /v1/models".into()) };
             (
                 "/v1/completions".to_string(),
                 serde_json::json!({"model": model, "prompt": "Hello, my name is", "max_tokens": 8, "temperature": 0}),

@@ -312,7 +312,8 @@ async fn watch(
     a: &UpArgs,
     profiles: Profiles,
 ) -> Result<wait::Outcome, CliError> {
-    let profile = rec.server.as_ref().and_then(|k| profiles.get(k));
+    // An unknown server with a --port is probed on the generic profile's health path.
+    let profile = rec.server.as_ref().and_then(|k| profiles.get(k)).or_else(|| profiles.get("generic"));
     let url = match (rec.port, profile) {
         (Some(p), Some(pr)) if !a.no_probe => Some(format!("http://127.0.0.1:{p}{}", pr.health_path)),
         _ => None,
@@ -356,6 +357,7 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
     }
     let t0 = Instant::now();
     let base = crate::interrupts();
+    let gpu_before = st.server_pid.and_then(|s| crate::gpu::before_stop(s, &before));
     run::write_json(&dir.join("stop.json"), &StopRequest { grace_ms: grace.as_millis() as u64 })?;
     let keeper_alive = st.keeper_pid > 0 && procs::alive(st.keeper_pid);
     if keeper_alive {
@@ -408,8 +410,48 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
         t0.elapsed().as_millis() as u64,
         &format!("stopped {} process(es) in {}; none left", before.len(), fmt_ms(t0.elapsed().as_millis() as u64)),
     );
-    // Hook for GPU awareness (issue 6): here `down` will also wait until the tree's GPU memory is released.
-    Ok(vec![])
+    Ok(gpu_release(gpu_before, rep, t0))
+}
+
+/// After a stop: prove the tree's GPU memory is released, or name who still holds it.
+fn gpu_release(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Vec<i32> {
+    let t = || t0.elapsed().as_millis() as u64;
+    let Some(b) = b else {
+        if crate::gpu::Reader::open().is_err() {
+            rep.note(t(), "GPU release not checked: no NVML and no nvidia-smi");
+        }
+        return vec![];
+    };
+    if b.held.total_mib == 0 {
+        rep.note(t(), "the tree held no GPU memory");
+        return vec![];
+    }
+    let left = crate::gpu::wait_released(&b, Duration::from_secs(30));
+    if left.is_empty() {
+        rep.note(
+            t(),
+            &format!(
+                "GPU memory released: {} no longer held (proven by {})",
+                crate::gpu::describe(&b.held.per_gpu),
+                b.reader.name()
+            ),
+        );
+        return vec![];
+    }
+    for h in &left {
+        rep.note(
+            t(),
+            &format!(
+                "GPU memory NOT released: pid {} ({}) holds {} MiB on GPU {}{}",
+                h.pid,
+                rep.redact(&h.cmd),
+                h.used_mib,
+                h.gpu,
+                if h.escaped { "; it started after the server and left its process tree" } else { "" }
+            ),
+        );
+    }
+    left.iter().map(|h| h.pid).collect()
 }
 
 pub fn down(names: Vec<String>, all: bool, pid: Option<i32>, grace: Duration, json: bool) -> Result<i32, CliError> {
@@ -418,6 +460,10 @@ pub fn down(names: Vec<String>, all: bool, pid: Option<i32>, grace: Duration, js
         if !procs::alive(p) {
             return Err(CliError::usage(format!("--pid {p}: no such live process")));
         }
+        let t0 = Instant::now();
+        let mut tree = vec![p];
+        tree.extend(procs::descendants(p));
+        let gpu_before = crate::gpu::before_stop(p, &tree);
         let r = procs::stop_tree(p, true, grace, &mut |sig, pids| {
             rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids)))
         });
@@ -432,9 +478,9 @@ pub fn down(names: Vec<String>, all: bool, pid: Option<i32>, grace: Duration, js
                 r.elapsed_ms,
                 &format!("stopped pid {p} and {} other process(es); none left", r.stopped.len().saturating_sub(1)),
             );
-            return Ok(exit::READY);
         }
-        return Ok(exit::NOT_STOPPED);
+        let gpu_left = gpu_release(gpu_before, &mut rep, t0);
+        return Ok(if r.survivors.is_empty() && gpu_left.is_empty() { exit::READY } else { exit::NOT_STOPPED });
     }
     let names = if all { run::list_runs()? } else { names };
     if names.is_empty() {
@@ -602,6 +648,8 @@ struct PsRow {
     server: String,
     age_s: Option<u64>,
     ports: Vec<u16>,
+    /// GPU memory held by the process tree (MiB), when GPU readings exist.
+    gpu_mib: Option<u64>,
     cmd: String,
 }
 
@@ -627,6 +675,7 @@ pub fn ps(json: bool) -> Result<i32, CliError> {
         }
     }
     let pids: std::collections::BTreeSet<i32> = matched.iter().map(|m| m.0).collect();
+    let gpu = crate::gpu::Reader::open().and_then(|r| r.sample()).ok();
     let mut rows = Vec::new();
     for (pid, ppid, kind, cmd) in matched {
         if pids.contains(&ppid) {
@@ -640,11 +689,17 @@ pub fn ps(json: bool) -> Result<i32, CliError> {
         }
         ports.sort();
         ports.dedup();
+        let gpu_mib = gpu.as_ref().map(|s| {
+            let mut tree: std::collections::BTreeSet<i32> = procs::descendants(pid).into_iter().collect();
+            tree.insert(pid);
+            crate::gpu::held_by(s, &tree, &|p| std::path::Path::new(&format!("/proc/{p}")).exists()).total_mib
+        });
         rows.push(PsRow {
             pid,
             server: kind,
             age_s: procs::read_proc(pid).as_ref().and_then(procs::age_secs),
             ports,
+            gpu_mib,
             cmd: red.join(" "),
         });
     }
@@ -653,15 +708,16 @@ pub fn ps(json: bool) -> Result<i32, CliError> {
     } else if rows.is_empty() {
         out_line("no inference servers found that vigil did not start");
     } else {
-        out_line(&format!("{:>8} {:<10} {:>8} {:<12} CMD", "PID", "SERVER", "AGE", "PORTS"));
+        out_line(&format!("{:>8} {:<10} {:>8} {:<12} {:>9} CMD", "PID", "SERVER", "AGE", "PORTS", "GPU MiB"));
         for r in rows {
             let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
             out_line(&format!(
-                "{:>8} {:<10} {:>8} {:<12} {}",
+                "{:>8} {:<10} {:>8} {:<12} {:>9} {}",
                 r.pid,
                 r.server,
                 r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),
                 if ports.is_empty() { "-".into() } else { ports },
+                r.gpu_mib.map_or("-".into(), |m| m.to_string()),
                 r.cmd
             ));
         }

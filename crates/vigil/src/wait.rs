@@ -55,6 +55,8 @@ pub struct Args {
     pub generate_every: Duration,
     pub metrics: Option<std::net::SocketAddr>,
     pub restarts: u64,
+    /// GPU sampling interval (when a GPU reader and a pid exist).
+    pub gpu_interval: Duration,
 }
 
 impl Args {
@@ -83,6 +85,7 @@ impl Args {
             generate_every: Duration::from_secs(60),
             metrics: None,
             restarts: 0,
+            gpu_interval: Duration::from_secs(2),
         }
     }
 }
@@ -233,6 +236,32 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         });
     }
 
+    // GPU samples of the server's process tree, as facts for the judge.
+    let (gpu_tx, mut gpu_rx) = mpsc::unbounded_channel::<crate::gpu::Held>();
+    if let Some(pid) = a.pid {
+        match crate::gpu::Reader::open() {
+            Ok(reader) => {
+                rep.note(0, &format!("GPU readings: {}", reader.name()));
+                let every = a.gpu_interval;
+                tokio::task::spawn_blocking(move || loop {
+                    let mut pids: std::collections::BTreeSet<i32> =
+                        crate::procs::descendants(pid).into_iter().collect();
+                    pids.insert(pid);
+                    if let Ok(s) = reader.sample() {
+                        let h =
+                            crate::gpu::held_by(&s, &pids, &|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+                        if gpu_tx.send(h).is_err() {
+                            return;
+                        }
+                    }
+                    std::thread::sleep(every);
+                });
+            }
+            Err(why) => rep.note(0, &why),
+        }
+    }
+    let mut last_gpu: Option<crate::gpu::Held> = None;
+
     if dummy_health {
         rep.note(0, "SGLang --node-rank >= 1: its /health is a dummy that always answers 200; readiness comes from the log only");
     }
@@ -345,6 +374,19 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 events = judge.feed(Fact { at: Some(ms()), input: Input::Probe(outcome) });
                 let every = if !has_log || log_says_up { a.interval } else { rare };
                 next_probe = Instant::now() + every;
+            }
+            Some(h) = gpu_rx.recv() => {
+                if last_gpu.as_ref() != Some(&h) {
+                    if h.host_pids && last_gpu.as_ref().is_none_or(|l| !l.host_pids) {
+                        rep.note(ms(), "NVML reports pids of another pid namespace (a container?): using per-GPU totals");
+                    }
+                    if rep.mode == crate::report::Mode::Json {
+                        rep.json(serde_json::json!({"event": "gpu", "t_ms": ms(), "held_mib": h.total_mib, "per_gpu_mib": h.per_gpu, "host_pids": h.host_pids}));
+                    }
+                }
+                let fact = vigil_core::GpuFact { total_mib: h.total_mib, describe: crate::gpu::describe(&h.per_gpu) };
+                last_gpu = Some(h);
+                events = judge.feed(Fact { at: Some(ms()), input: Input::Gpu(fact) });
             }
             g = pending(&mut gen_task) => {
                 gen_task = None;
@@ -495,11 +537,21 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 let b = bearer.clone();
                 let kind = server.clone();
                 let to = probe_timeout.max(Duration::from_secs(30));
-                gen_task =
-                    Some(tokio::spawn(async move { proof::generate(kind.as_deref(), &t, to, b.as_deref()).await }));
+                let hint = proof::model_hint(&argv);
+                gen_task = Some(tokio::spawn(async move {
+                    proof::generate_with(kind.as_deref(), &t, to, b.as_deref(), hint).await
+                }));
             }
         }
-        let probe_txt = last_probe.as_ref().map(|(_, n)| n.as_str());
+        let gpu_txt =
+            last_gpu.as_ref().filter(|h| h.total_mib > 0).map(|h| format!("GPU {}", crate::gpu::describe(&h.per_gpu)));
+        let probe_txt = match (&last_probe, &gpu_txt) {
+            (Some((_, n)), Some(g)) => Some(format!("{n} · {g}")),
+            (Some((_, n)), None) => Some(n.clone()),
+            (None, Some(g)) => Some(g.clone()),
+            (None, None) => None,
+        };
+        let probe_txt = probe_txt.as_deref();
         if !matches!(stage, Stage::Watching) {
             rep.live(ms(), &judge, server.as_deref(), probe_txt);
         }

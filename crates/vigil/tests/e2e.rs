@@ -401,8 +401,9 @@ fn e2e_wait_pid_alone_reads_kind_and_port_from_cmdline() {
     c.args(["wait", "--json", "--interval", "100ms", "--pid", &s.pid().to_string()]);
     let o = run_bounded(c, T);
     let v = json_lines(&o);
-    assert_eq!(v[0]["url"], format!("http://127.0.0.1:{port}/health"), "{}", v[0]);
-    assert_eq!(v[0]["server"], "llama-cpp");
+    let start = v.iter().find(|x| x["event"] == "start").expect("start event");
+    assert_eq!(start["url"], format!("http://127.0.0.1:{port}/health"), "{start}");
+    assert_eq!(start["server"], "llama-cpp");
     assert_eq!(verdict(&v)["verdict"], "ready");
     assert_eq!(o.status.code(), Some(0));
 }

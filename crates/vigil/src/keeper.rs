@@ -204,7 +204,10 @@ pub fn main(dir: PathBuf) -> i32 {
     let t_out = std::thread::spawn(move || pump(out, l1));
     let t_err = std::thread::spawn(move || pump(err, l2));
 
-    // Stop requests arrive as signals.
+    // Stop requests arrive as signals. While one is being carried out the keeper does not exit, so its
+    // record of what it did (events.jsonl) is complete.
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping2 = stopping.clone();
     let sdir = dir.clone();
     std::thread::spawn(move || loop {
         let mut sig: libc::c_int = 0;
@@ -212,6 +215,7 @@ pub fn main(dir: PathBuf) -> i32 {
         if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
             continue;
         }
+        stopping2.store(true, std::sync::atomic::Ordering::SeqCst);
         let grace = if sig == libc::SIGUSR1 {
             Duration::ZERO
         } else {
@@ -230,6 +234,7 @@ pub fn main(dir: PathBuf) -> i32 {
             );
         });
         run::append_event(&sdir, serde_json::json!({"event": "stopped", "t_unix_ms": run::now_ms(), "report": rep}));
+        stopping2.store(false, std::sync::atomic::Ordering::SeqCst);
     });
 
     // Reap every descendant (we are their subreaper); record the server's status.
@@ -254,6 +259,10 @@ pub fn main(dir: PathBuf) -> i32 {
             }
             write_state(&dir, &st);
         }
+    }
+    let t_end = std::time::Instant::now();
+    while stopping.load(std::sync::atomic::Ordering::SeqCst) && t_end.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
     }
     let _ = t_out.join();
     let _ = t_err.join();

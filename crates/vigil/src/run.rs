@@ -153,7 +153,8 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
 pub fn append_event(dir: &Path, v: serde_json::Value) {
     if let Ok(mut f) = std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(dir.join("events.jsonl"))
     {
-        let _ = writeln!(f, "{v}");
+        // one write call per line: readers never see half a record
+        let _ = f.write_all(format!("{v}\n").as_bytes());
     }
 }
 

@@ -42,13 +42,23 @@ fn install_interrupt_handlers() {
     }
 }
 
-pub fn interrupts() -> usize {
-    INTERRUPTS.load(Ordering::SeqCst)
+static CONSUMED: AtomicUsize = AtomicUsize::new(0);
+
+/// Takes one pending interrupt (SIGINT/SIGTERM since the process started), if any: each interrupt is
+/// acted on once, by whoever waits for it (the watch, the stop, the foreground loop).
+pub fn take_interrupt() -> bool {
+    let n = INTERRUPTS.load(Ordering::SeqCst);
+    let c = CONSUMED.load(Ordering::SeqCst);
+    if n > c {
+        CONSUMED.store(n, Ordering::SeqCst);
+        return true;
+    }
+    false
 }
 
-/// Resolves once an interrupt arrives after `base` was read.
-pub async fn next_interrupt(base: usize) {
-    while interrupts() <= base {
+/// Resolves when an interrupt is pending, and takes it.
+pub async fn next_interrupt() {
+    while !take_interrupt() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }

@@ -209,6 +209,10 @@ async fn launch(
         run::write_json(&sp, &secrets)?;
     }
     run::write_json(&dir.join("run.json"), &rec)?;
+    if crate::take_interrupt() {
+        rep.note(0, "interrupted before the launch: nothing started");
+        return Ok(exit::INTERRUPTED);
+    }
     spawn_keeper(&dir)?;
     // The keeper writes state.json once the server runs (or could not start).
     let t0 = Instant::now();
@@ -253,10 +257,9 @@ async fn launch(
     }
     // Foreground after ready: stay until the server ends or Ctrl-C stops it.
     rep.note(0, &format!("'{name}' is serving; Ctrl-C stops it (--detach to leave it running)"));
-    let base = crate::interrupts();
     loop {
         tokio::select! {
-            _ = crate::next_interrupt(base) => break,
+            _ = crate::next_interrupt() => break,
             _ = tokio::time::sleep(Duration::from_millis(100)) => {
                 if !procs::alive(server_pid) {
                     let st = read_state(&dir).unwrap_or_default();
@@ -356,7 +359,6 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
         return Ok(vec![]);
     }
     let t0 = Instant::now();
-    let base = crate::interrupts();
     let gpu_before = st.server_pid.and_then(|s| crate::gpu::before_stop(s, &before));
     run::write_json(&dir.join("stop.json"), &StopRequest { grace_ms: grace.as_millis() as u64 })?;
     let keeper_alive = st.keeper_pid > 0 && procs::alive(st.keeper_pid);
@@ -389,7 +391,7 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
             }
             return Ok(live);
         }
-        if !killed_now && crate::interrupts() > base {
+        if !killed_now && crate::take_interrupt() {
             killed_now = true;
             if keeper_alive {
                 procs::signal(st.keeper_pid, libc::SIGUSR1);

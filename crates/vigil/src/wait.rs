@@ -291,6 +291,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let mut next_gen = Instant::now();
     let mut last_probe: Option<(ProbeOutcome, String)> = None;
     let mut lines_open = has_log;
+    let mut squatter_noted = false;
     let mut stage = Stage::Starting;
     // An exit is judged only once the log has caught up (quiet for EXIT_DRAIN, at most EXIT_DRAIN_MAX):
     // the last lines a dying server writes hold the cause.
@@ -299,13 +300,12 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let mut pending_exit: Option<(ExitInfo, Instant, Instant)> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let interrupt_base = crate::interrupts();
 
     loop {
         let mut events: Vec<Event> = Vec::new();
         let mut gen_done: Option<GenProof> = None;
         tokio::select! {
-            _ = crate::next_interrupt(interrupt_base) => {
+            _ = crate::next_interrupt() => {
                 rep.note(ms(), if matches!(stage, Stage::Watching) { "interrupted while watching" } else { "interrupted before a verdict" });
                 return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned() });
             }
@@ -365,7 +365,19 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 if let Some(m) = &metrics {
                     m.probe_latency(r.latency.as_secs_f64());
                 }
-                let outcome = if dummy_health && r.outcome == ProbeOutcome::Ok { ProbeOutcome::NotReady } else { r.outcome };
+                let mut outcome = if dummy_health && r.outcome == ProbeOutcome::Ok { ProbeOutcome::NotReady } else { r.outcome };
+                // A 200 from a process outside the server's tree (a squatter on the port) proves nothing.
+                if outcome == ProbeOutcome::Ok && !matches!(stage, Stage::Watching) {
+                    if let (Some(pid), Some(t)) = (a.pid, &target) {
+                        if let Some(h) = foreign_holder(pid, t) {
+                            if !squatter_noted {
+                                rep.note(ms(), &format!("port {} answers, but it is held by pid {} ({}), not the server's process tree: not ready", t.port, h.0, rep.redact(&h.1)));
+                                squatter_noted = true;
+                            }
+                            outcome = ProbeOutcome::NotReady;
+                        }
+                    }
+                }
                 if outcome == ProbeOutcome::Ok && matches!(stage, Stage::Watching) {
                     if let Some(n) = &mut notifier {
                         n.healthy();
@@ -536,7 +548,8 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 let t = t.clone();
                 let b = bearer.clone();
                 let kind = server.clone();
-                let to = probe_timeout.max(Duration::from_secs(30));
+                // one attempt never outlasts the whole proof budget
+                let to = probe_timeout.max(Duration::from_secs(30)).min(a.generate_timeout);
                 let hint = proof::model_hint(&argv);
                 gen_task = Some(tokio::spawn(async move {
                     proof::generate_with(kind.as_deref(), &t, to, b.as_deref(), hint).await
@@ -635,4 +648,17 @@ async fn exit_info(state: Option<&std::path::Path>) -> ExitInfo {
         }
     }
     ExitInfo { code: None, signal: None, ours: false }
+}
+
+/// The process listening on a loopback target's port, when it is not `pid` or one of its descendants.
+fn foreign_holder(pid: i32, t: &Target) -> Option<(i32, String)> {
+    let loopback = t.host == "localhost" || t.host == "::1" || t.host.starts_with("127.");
+    if !loopback {
+        return None;
+    }
+    let (holder, cmd) = crate::procs::port_holder(t.port)?;
+    if holder == pid || crate::procs::descendants(pid).contains(&holder) {
+        return None;
+    }
+    Some((holder, cmd))
 }

@@ -175,3 +175,19 @@ pub fn signal(pid: i32, sig: i32) {
         libc::kill(pid, sig);
     }
 }
+
+/// Waits for a child with a deadline; kills it and fails the test past it.
+pub fn wait_bounded(child: &mut Child, deadline: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if t0.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("child did not exit within {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -19,21 +19,17 @@ SERVER = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server
 MODELS = os.environ.get("VIGIL_MODELS", f"{HOME}/.cache/vigil/models-v3")
 WAIT_ON = f"{HOME}/.cache/vigil/npm/node_modules/.bin/wait-on"
 TMP = tempfile.mkdtemp(prefix="vigil-peers-")
+_SEQ = __import__("itertools").count()
+
+
+def unique(stem):
+    """A fresh path in TMP (ports are reused, so names must not depend on them)."""
+    return os.path.join(TMP, f"{stem}-{next(_SEQ)}")
 SSH = None  # (port, key, known_hosts)
 
 
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-
-def health_ok(port):
-    try:
-        s = socket.create_connection(("127.0.0.1", port), timeout=0.2)
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        d = s.recv(64); s.close()
-        return d.startswith(b"HTTP/1.1 200")
-    except OSError:
-        return False
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import free_port, health_ok  # noqa: E402  (shared with the vigil-only benchmark)
 
 
 def bash_loop(url, via_ssh=False):
@@ -90,7 +86,7 @@ def run_capped(cmd, cap):
 
 def ready_lag(tool, cap):
     """First 200 (independent 1 ms prober) → the tool's exit. Server SIGSTOPped at spawn, continued after 300 ms."""
-    port = free_port(); log = os.path.join(TMP, f"lag-{port}.log")
+    port = free_port(); log = unique("lag") + ".log"
     srv = start_server(f"{MODELS}/tiny.gguf", port, log); os.kill(srv.pid, signal.SIGSTOP)
     first = []
     stop = threading.Event()
@@ -112,8 +108,8 @@ def ready_lag(tool, cap):
 
 def false_ready_loading(tool, cap):
     """A server held in weight loading (model on a FIFO: /health answers 503 "Loading model"): ready = false ready."""
-    port = free_port(); log = os.path.join(TMP, f"fl-{port}.log")
-    fifo = os.path.join(TMP, f"fifo-{port}.gguf"); os.mkfifo(fifo)
+    port = free_port(); log = unique("fl") + ".log"
+    fifo = unique("fifo") + ".gguf"; os.mkfifo(fifo)
     srv = start_server(fifo, port, log)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 5 and "loading model" not in open(log, errors="replace").read():
@@ -125,7 +121,7 @@ def false_ready_loading(tool, cap):
 
 def dying(tool, cap):
     """A server dying on a truncated model: (said ready, ms from its exit to the tool's exit or None at cap)."""
-    port = free_port(); log = os.path.join(TMP, f"die-{port}.log")
+    port = free_port(); log = unique("die") + ".log"
     srv = start_server(f"{MODELS}/truncated.gguf", port, log); os.kill(srv.pid, signal.SIGSTOP)
     box = {}
 
@@ -140,8 +136,8 @@ def dying(tool, cap):
 
 def stall(tool, cap):
     """A server SIGSTOPped while loading: vigil's verdict time with --stall 2s and the phase named."""
-    port = free_port(); log = os.path.join(TMP, f"st-{port}.log")
-    fifo = os.path.join(TMP, f"sfifo-{port}.gguf"); os.mkfifo(fifo)
+    port = free_port(); log = unique("st") + ".log"
+    fifo = unique("sfifo") + ".gguf"; os.mkfifo(fifo)
     srv = start_server(fifo, port, log)
     while "loading model" not in open(log, errors="replace").read():
         time.sleep(0.01)
@@ -159,13 +155,14 @@ def stall(tool, cap):
 
 
 def overhead(tool, secs):
-    port = free_port(); log = os.path.join(TMP, f"oh-{port}.log")
-    fifo = os.path.join(TMP, f"ofifo-{port}.gguf"); os.mkfifo(fifo)
+    port = free_port(); log = unique("oh") + ".log"
+    fifo = unique("ofifo") + ".gguf"; os.mkfifo(fifo)
     srv = start_server(fifo, port, log)
     cmd = tool_cmd(tool, port, log, srv.pid, secs)
     if tool == "wait-for-it":  # its port check succeeds at once on a loading llama-server: wait on a closed port
         cmd = ["wait-for-it", "-q", "-t", str(secs), f"127.0.0.1:{free_port()}"]
-    p = subprocess.Popen(["/usr/bin/time", "-f", "%M %U %S", "-o", os.path.join(TMP, f"time-{port}")] + cmd,
+    tfile = unique("time")
+    p = subprocess.Popen(["/usr/bin/time", "-f", "%M %U %S", "-o", tfile] + cmd,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         p.wait(timeout=secs + 5)
@@ -173,7 +170,7 @@ def overhead(tool, secs):
         p.kill(); p.wait()
     srv.kill(); srv.wait()
     try:
-        m, u, s = open(os.path.join(TMP, f"time-{port}")).read().split()[-3:]
+        m, u, s = open(tfile).read().split()[-3:]
         return int(m) / 1024, float(u) + float(s)
     except Exception:
         return None, None

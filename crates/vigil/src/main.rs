@@ -430,34 +430,6 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                 return Err(CliError::usage("--interval must be above zero"));
             }
             let rt = runtime()?;
-            // `wait NAME`: a run of `vigil up`, read from its run directory
-            let (mut log, mut pid, mut url, mut server) = (log, pid, url, server);
-            let mut exit_state = None;
-            let mut secrets = Vec::new();
-            let mut argv = Vec::new();
-            let mut restarts = 0;
-            if let Some(n) = &name {
-                let (dir, rec) = run::load(n)?;
-                let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
-                log = log.or(Some(rec.log.clone()));
-                pid = pid.or(st.server_pid);
-                server = server.or(rec.server.clone());
-                if url.is_none() {
-                    if let (Some(p), Some(pr)) = (rec.port, rec.server.as_ref().and_then(|k| profiles.get(k))) {
-                        url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
-                    }
-                }
-                exit_state = Some(dir.join("state.json"));
-                restarts = run::restarts(&dir);
-                if let Some(s) = run::secrets_path(n).ok().and_then(|p| run::read_json::<run::Secrets>(&p)) {
-                    argv = run::unredact(&rec, &s).0;
-                } else {
-                    argv = rec.argv.clone();
-                }
-                if let Some(s) = run::secrets_path(n).ok().and_then(|p| run::read_json::<run::Secrets>(&p)) {
-                    secrets = run::secret_values(&s);
-                }
-            }
             let mut w = wait::Args::new();
             proof.apply(&mut w);
             w.url = url;
@@ -473,10 +445,11 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             w.json = json;
             w.quiet = quiet;
             w.echo = echo;
-            w.exit_state = exit_state;
-            w.secrets = secrets;
-            w.argv = argv;
-            w.restarts = restarts;
+            // `wait NAME`: a run of `vigil up`, read from its run directory
+            if let Some(n) = &name {
+                let (dir, rec) = run::load(n)?;
+                w.attach_run(&dir, &rec, &profiles, true);
+            }
             let out = rt.block_on(wait::run(w, profiles))?;
             Ok(out.code)
         }
@@ -529,23 +502,11 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Cmd::Watch { name, proof, json } => {
             let (dir, rec) = run::load(&name)?;
-            let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
             let mut w = wait::Args::new();
             proof.apply(&mut w);
             w.watch = true;
             w.json = json;
-            w.log = Some(rec.log.clone());
-            w.pid = st.server_pid;
-            w.server = rec.server.clone();
-            if let (Some(p), Some(pr)) = (rec.port, rec.server.as_ref().and_then(|k| profiles.get(k))) {
-                w.url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
-            }
-            w.exit_state = Some(dir.join("state.json"));
-            let secrets: run::Secrets =
-                run::secrets_path(&name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
-            w.secrets = run::secret_values(&secrets);
-            w.argv = run::unredact(&rec, &secrets).0;
-            w.restarts = run::restarts(&dir);
+            w.attach_run(&dir, &rec, &profiles, true);
             Ok(runtime()?.block_on(wait::run(w, profiles))?.code)
         }
         Cmd::Probe { name, url, log, generate, timeout, server } => {

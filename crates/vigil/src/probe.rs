@@ -79,7 +79,11 @@ pub async fn probe(t: &Target, timeout: Duration, bearer: Option<&str>) -> Probe
 }
 
 async fn attempt(t: &Target, bearer: Option<&str>) -> Result<u16, (ProbeOutcome, String)> {
-    let mut s = match TcpStream::connect((t.host.as_str(), t.port)).await {
+    let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((t.host.as_str(), t.port)).await {
+        Ok(a) => a.collect(),
+        Err(e) => return Err((ProbeOutcome::Error, format!("resolve {}: {e}", t.host))),
+    };
+    let mut s = match connect_any(&addrs).await {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
             return Err((ProbeOutcome::Refused, "connection refused".into()))
@@ -139,6 +143,19 @@ mod tests {
     }
 }
 
+/// Connects to the first address that accepts, in resolver order: `localhost` resolving to `::1`
+/// first while the server listens on 127.0.0.1 only still reaches it.
+pub async fn connect_any(addrs: &[std::net::SocketAddr]) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    for a in addrs {
+        match TcpStream::connect(a).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// The largest response body vigil reads (a generation answer is small; a hostile one is cut).
 pub const MAX_BODY: usize = 1 << 20;
 
@@ -153,7 +170,9 @@ pub async fn request(
     bearer: Option<&str>,
 ) -> Result<(u16, Vec<u8>), String> {
     let fut = async {
-        let mut s = TcpStream::connect((t.host.as_str(), t.port)).await.map_err(|e| format!("connect: {e}"))?;
+        let addrs: Vec<std::net::SocketAddr> =
+            tokio::net::lookup_host((t.host.as_str(), t.port)).await.map_err(|e| format!("resolve: {e}"))?.collect();
+        let mut s = connect_any(&addrs).await.map_err(|e| format!("connect: {e}"))?;
         let host = if t.host.contains(':') { format!("[{}]", t.host) } else { t.host.clone() };
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}:{}\r\nUser-Agent: vigil\r\nAccept: application/json\r\nConnection: close\r\n", t.port);
         if let Some(b) = bearer {
@@ -222,6 +241,17 @@ fn parse_response(data: &[u8]) -> Result<(u16, Vec<u8>), String> {
 #[cfg(test)]
 mod http_tests {
     use super::*;
+
+    #[test]
+    fn ipv6_first_falls_back_to_ipv4() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        // what `localhost` gives where ::1 comes first: the server listens on 127.0.0.1 only
+        let addrs: Vec<std::net::SocketAddr> = vec![format!("[::1]:{port}").parse().unwrap(), format!("127.0.0.1:{port}").parse().unwrap()];
+        let s = rt.block_on(connect_any(&addrs)).expect("fell back to 127.0.0.1");
+        assert_eq!(s.peer_addr().unwrap().ip().to_string(), "127.0.0.1");
+    }
 
     #[test]
     fn parses_plain_and_chunked() {

@@ -95,7 +95,7 @@ fn listening() -> Vec<(u16, u64)> {
     out
 }
 
-fn socket_inodes(pid: i32) -> BTreeSet<u64> {
+pub fn socket_inodes(pid: i32) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
         for e in rd.flatten() {
@@ -119,6 +119,11 @@ pub fn ports_of(pid: i32) -> Vec<u16> {
     v.sort();
     v.dedup();
     v
+}
+
+/// Socket inodes listening on `port`.
+pub fn port_inodes(port: u16) -> BTreeSet<u64> {
+    listening().into_iter().filter(|(p, _)| *p == port).map(|(_, i)| i).collect()
 }
 
 /// Who listens on `port` (pid and command line), if this user can see it.

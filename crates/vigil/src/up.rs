@@ -315,35 +315,14 @@ async fn watch(
     a: &UpArgs,
     profiles: Profiles,
 ) -> Result<wait::Outcome, CliError> {
-    // An unknown server with a --port is probed on the generic profile's health path.
-    let profile = rec.server.as_ref().and_then(|k| profiles.get(k)).or_else(|| profiles.get("generic"));
-    let url = match (rec.port, profile) {
-        (Some(p), Some(pr)) if !a.no_probe => Some(format!("http://127.0.0.1:{p}{}", pr.health_path)),
-        _ => None,
-    };
     let _ = name;
-    let mut w = wait::Args::new();
-    let p = &a.proof;
-    w.generate = p.generate;
-    w.generate_timeout = p.generate_timeout;
-    w.watch = p.watch;
-    w.unhealthy_after = p.unhealthy_after;
-    w.generate_every = p.generate_every;
-    w.metrics = p.metrics;
-    w.probe_timeout = p.probe_timeout;
-    w.url = url;
-    w.log = Some(rec.log.clone());
+    let mut w = a.proof.clone();
     w.pid = Some(pid);
-    w.server = rec.server.clone();
     w.timeout = a.timeout;
     w.stall = a.stall.clone();
     w.json = a.json;
     w.quiet = a.quiet;
-    w.exit_state = Some(dir.join("state.json"));
-    let secrets: Secrets = run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
-    w.secrets = run::secret_values(&secrets);
-    w.argv = run::unredact(rec, &secrets).0;
-    w.restarts = run::restarts(dir);
+    w.attach_run(dir, rec, &profiles, !a.no_probe);
     wait::run(w, profiles).await
 }
 

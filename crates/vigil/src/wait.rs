@@ -23,6 +23,7 @@ use vigil_core::{
     Classifier, Event, ExitInfo, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Report, Verdict,
 };
 
+#[derive(Clone)]
 pub struct Args {
     pub url: Option<String>,
     pub log: Option<String>,
@@ -87,6 +88,32 @@ impl Args {
             restarts: 0,
             gpu_interval: Duration::from_secs(2),
         }
+    }
+}
+
+impl Args {
+    /// Fills in what a run of `vigil up` knows: its log, server pid, kind, health URL (the generic
+    /// profile's path for an unknown kind), exit-status file, secrets and command line. Fields already
+    /// set (from the command line) win.
+    pub fn attach_run(&mut self, dir: &std::path::Path, rec: &crate::run::RunRecord, profiles: &Profiles, probe: bool) {
+        use crate::run;
+        let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
+        self.log = self.log.take().or_else(|| Some(rec.log.clone()));
+        self.pid = self.pid.or(st.server_pid);
+        self.server = self.server.take().or_else(|| rec.server.clone());
+        if self.url.is_none() && probe {
+            let profile = rec.server.as_ref().and_then(|k| profiles.get(k)).or_else(|| profiles.get("generic"));
+            if let (Some(p), Some(pr)) = (rec.port, profile) {
+                self.url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
+            }
+        }
+        self.exit_state = Some(dir.join("state.json"));
+        let secrets: run::Secrets = run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
+        self.secrets.extend(run::secret_values(&secrets));
+        if self.argv.is_empty() {
+            self.argv = run::unredact(rec, &secrets).0;
+        }
+        self.restarts = run::restarts(dir);
     }
 }
 
@@ -656,9 +683,17 @@ fn foreign_holder(pid: i32, t: &Target) -> Option<(i32, String)> {
     if !loopback {
         return None;
     }
-    let (holder, cmd) = crate::procs::port_holder(t.port)?;
-    if holder == pid || crate::procs::descendants(pid).contains(&holder) {
+    // Cheap first: is the listening socket one of the tree's own file descriptors?
+    let inodes = crate::procs::port_inodes(t.port);
+    if inodes.is_empty() {
         return None;
     }
-    Some((holder, cmd))
+    let mut tree = vec![pid];
+    tree.extend(crate::procs::descendants(pid));
+    if tree.iter().any(|p| crate::procs::socket_inodes(*p).iter().any(|i| inodes.contains(i))) {
+        return None;
+    }
+    // Not ours: name the holder (a scan of every process this user can see).
+    let (holder, cmd) = crate::procs::port_holder(t.port)?;
+    (!tree.contains(&holder)).then_some((holder, cmd))
 }

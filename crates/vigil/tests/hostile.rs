@@ -148,8 +148,10 @@ fn http_reset_and_garbage() {
     }
 }
 
+/// `localhost` URL against a server on 127.0.0.1 only (the ::1-first order is tested in probe.rs's
+/// `ipv6_first_falls_back_to_ipv4`: this machine's resolver gives 127.0.0.1 only).
 #[test]
-fn e2e_localhost_resolving_to_ipv6_first_still_reaches_ipv4_server() {
+fn e2e_localhost_url_reaches_an_ipv4_only_server() {
     let Some(e) = env() else { return };
     let d = TempDir::new("localhost");
     let port = free_port();

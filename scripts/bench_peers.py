@@ -202,59 +202,76 @@ def fmt(xs):
     return f"{statistics.median(xs):.0f}", f"{max(xs):.0f}"
 
 
+def section_lag(a, pool):
+    # vigil runs one at a time (its numbers are ms), the 15 s loops concurrently
+    print(f"## Readiness lag after the first 200 ({a.runs} runs; negative = said ready before /health answered 200)\n")
+    print("| tool | runs | median ms | max ms | false ready |\n|---|---|---|---|---|")
+    lag = {}
+    for t in TOOLS:
+        if t.startswith("vigil"):
+            res = [ready_lag(t, 30) for _ in range(a.runs)]
+        else:
+            res = list(pool.map(lambda _: ready_lag(t, 30), range(a.runs)))
+        lag[t] = [r[0] for r in res]
+        med, mx = fmt(lag[t])
+        print(f"| {t} | {a.runs} | {med} | {mx} | {sum(1 for r in res if r[1])}/{a.runs} |", flush=True)
+    base = statistics.median([x for x in lag["vigil --log"] if x is not None])
+    print("\nvigil --log / peer median lag ratios: " + ", ".join(
+        f"{t} {statistics.median([x for x in lag[t] if x is not None]) / base:.0f}x"
+        for t in TOOLS[2:] if any(x is not None for x in lag[t])))
+
+
+def section_false(a, pool):
+    print(f"\n## False ready ({a.runs} runs each)\n")
+    print("| tool | said ready while loading (503 \"Loading model\") | said ready on a server dying on a truncated model "
+          "| crash: ms from exit to the tool's exit, median / max |\n|---|---|---|---|")
+    for t in TOOLS:
+        fl = list(pool.map(lambda _: false_ready_loading(t, a.cap), range(a.runs)))
+        dy = list(pool.map(lambda _: dying(t, a.cap), range(a.runs)))
+        times = [d[1] for d in dy]
+        capped = sum(1 for x in times if x is None)
+        med, mx = fmt(times)
+        crash = f"{med} / {mx}" + (f" ({capped} runs ≥ {a.cap} s cap)" if capped else "")
+        if capped == len(times):
+            crash = f"≥ {a.cap * 1000} (all runs hit the cap)"
+        print(f"| {t} | {sum(fl)}/{a.runs} | {sum(1 for d in dy if d[0])}/{a.runs} | {crash} |", flush=True)
+
+
+def section_stall(a, pool):
+    print(f"\n## Stall verdict (server SIGSTOPped while loading; vigil --stall 2s; {a.runs} runs)\n")
+    st = [stall("vigil", 15) for _ in range(a.runs)]
+    med, mx = fmt([s[2] for s in st])
+    print(f"vigil: {sum(1 for s in st if s[0] == 'stalled' and s[1] == 'weights')}/{a.runs} stalled in weights, "
+          f"ms from SIGSTOP to verdict median {med}, max {mx} (stall limit 2000 ms after the last progress)")
+    for t in ["wait-for-it", "wait-on"]:
+        r = stall(t, a.cap)
+        print(f"{t}: {r[0]} (it has no notion of a stall; ran to {a.cap} s)" if r[0] != "ready" else f"{t}: said ready (false)")
+
+
+def section_overhead(a, pool):
+    print(f"\n## Overhead while waiting ({a.overhead_secs} s, server held loading)\n")
+    print("| tool | peak RSS MiB | CPU seconds |\n|---|---|---|")
+    res = dict(zip(TOOLS, pool.map(lambda t: overhead(t, a.overhead_secs), TOOLS)))
+    for t in TOOLS:
+        m, c = res[t]
+        print(f"| {t} | {'—' if m is None else f'{m:.1f}'} | {'—' if c is None else f'{c:.2f}'} |")
+
+
 def main():
-    ap = argparse.ArgumentParser(); ap.add_argument("--runs", type=int, default=20); ap.add_argument("--cap", type=int, default=10)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--cap", type=int, default=10)
     ap.add_argument("--overhead-secs", type=int, default=60)
+    ap.add_argument("--only", choices=["lag", "false", "stall", "overhead"], help="run one section")
     a = ap.parse_args()
     sshd = setup_sshd()
     pool = ThreadPoolExecutor(max_workers=8)
     try:
-        # readiness lag: vigil runs one at a time (its numbers are ms), the 15 s loops concurrently
-        print(f"## Readiness lag after the first 200 ({a.runs} runs; negative = said ready before /health answered 200)\n")
-        print("| tool | runs | median ms | max ms | false ready |\n|---|---|---|---|---|")
-        lag = {}
-        for t in TOOLS:
-            if t.startswith("vigil"):
-                res = [ready_lag(t, 30) for _ in range(a.runs)]
-            else:
-                res = list(pool.map(lambda _: ready_lag(t, 30), range(a.runs)))
-            lag[t] = [r[0] for r in res]
-            med, mx = fmt(lag[t])
-            print(f"| {t} | {a.runs} | {med} | {mx} | {sum(1 for r in res if r[1])}/{a.runs} |", flush=True)
-        ratio_base = statistics.median([x for x in lag["vigil --log"] if x is not None])
-        print("\nvigil --log / peer median lag ratios: " + ", ".join(
-            f"{t} {statistics.median([x for x in lag[t] if x is not None]) / ratio_base:.0f}x" for t in TOOLS[2:] if any(x is not None for x in lag[t])))
-
-        print(f"\n## False ready ({a.runs} runs each)\n")
-        print("| tool | said ready while loading (503 \"Loading model\") | said ready on a server dying on a truncated model | crash: ms from exit to the tool's exit, median / max |\n|---|---|---|---|")
-        for t in TOOLS:
-            fl = list(pool.map(lambda _: false_ready_loading(t, a.cap), range(a.runs)))
-            dy = list(pool.map(lambda _: dying(t, a.cap), range(a.runs)))
-            times = [d[1] for d in dy]
-            capped = sum(1 for x in times if x is None)
-            med, mx = fmt(times)
-            crash = f"{med} / {mx}" + (f" ({capped} runs ≥ {a.cap} s cap)" if capped else "")
-            if capped == len(times):
-                crash = f"≥ {a.cap * 1000} (all runs hit the cap)"
-            print(f"| {t} | {sum(fl)}/{a.runs} | {sum(1 for d in dy if d[0])}/{a.runs} | {crash} |", flush=True)
-
-        print(f"\n## Stall verdict (server SIGSTOPped while loading; vigil --stall 2s; {a.runs} runs)\n")
-        st = [stall("vigil", 15) for _ in range(a.runs)]
-        med, mx = fmt([s[2] for s in st])
-        print(f"vigil: {sum(1 for s in st if s[0] == 'stalled' and s[1] == 'weights')}/{a.runs} stalled in weights, "
-              f"ms from SIGSTOP to verdict median {med}, max {mx} (stall limit 2000 ms after the last progress)")
-        for t in ["wait-for-it", "wait-on"]:
-            r = stall(t, a.cap)
-            print(f"{t}: {r[0]} (it has no notion of a stall; ran to {a.cap} s)" if r[0] != "ready" else f"{t}: said ready (false)")
-
-        print(f"\n## Overhead while waiting ({a.overhead_secs} s, server held loading)\n")
-        print("| tool | peak RSS MiB | CPU seconds |\n|---|---|---|")
-        res = dict(zip(TOOLS, pool.map(lambda t: overhead(t, a.overhead_secs), TOOLS)))
-        for t in TOOLS:
-            m, c = res[t]
-            print(f"| {t} | {'—' if m is None else f'{m:.1f}'} | {'—' if c is None else f'{c:.2f}'} |")
+        for name, fn in [("lag", section_lag), ("false", section_false), ("stall", section_stall), ("overhead", section_overhead)]:
+            if a.only in (None, name):
+                fn(a, pool)
         print("\nFan-out (1 and 10 hosts under --hosts) needs the remote issue (SSH), not built yet.")
-        print(f"\nsshd log: {SSH and 'accepted connections: ' + str(open(os.path.join(TMP, 'ssh/sshd.log')).read().count('Accepted publickey'))}")
+        print(f"\nsshd log: accepted connections: {open(os.path.join(TMP, 'ssh/sshd.log')).read().count('Accepted publickey')}")
     finally:
         sshd.terminate()
 

@@ -248,7 +248,8 @@ mod http_tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         // what `localhost` gives where ::1 comes first: the server listens on 127.0.0.1 only
-        let addrs: Vec<std::net::SocketAddr> = vec![format!("[::1]:{port}").parse().unwrap(), format!("127.0.0.1:{port}").parse().unwrap()];
+        let addrs: Vec<std::net::SocketAddr> =
+            vec![format!("[::1]:{port}").parse().unwrap(), format!("127.0.0.1:{port}").parse().unwrap()];
         let s = rt.block_on(connect_any(&addrs)).expect("fell back to 127.0.0.1");
         assert_eq!(s.peer_addr().unwrap().ip().to_string(), "127.0.0.1");
     }

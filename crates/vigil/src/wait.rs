@@ -108,7 +108,8 @@ impl Args {
             }
         }
         self.exit_state = Some(dir.join("state.json"));
-        let secrets: run::Secrets = run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
+        let secrets: run::Secrets =
+            run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
         self.secrets.extend(run::secret_values(&secrets));
         if self.argv.is_empty() {
             self.argv = run::unredact(rec, &secrets).0;
@@ -688,9 +689,13 @@ fn foreign_holder(pid: i32, t: &Target) -> Option<(i32, String)> {
     if inodes.is_empty() {
         return None;
     }
+    let ours = |p: &i32| crate::procs::socket_inodes(*p).iter().any(|i| inodes.contains(i));
+    if ours(&pid) {
+        return None; // the usual case: the server itself listens
+    }
     let mut tree = vec![pid];
     tree.extend(crate::procs::descendants(pid));
-    if tree.iter().any(|p| crate::procs::socket_inodes(*p).iter().any(|i| inodes.contains(i))) {
+    if tree.iter().any(ours) {
         return None;
     }
     // Not ours: name the holder (a scan of every process this user can see).

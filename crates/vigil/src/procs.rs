@@ -187,7 +187,8 @@ pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut 
         all.get_mut(p).unwrap().1 = "SIGTERM".into();
     }
     on_event("SIGTERM", &live);
-    let deadline = t0 + grace;
+    // The grace period starts once the SIGTERM is sent and recorded: SIGKILL never comes sooner.
+    let deadline = Instant::now() + grace;
     loop {
         let live = tree(&mut all);
         for p in &live {

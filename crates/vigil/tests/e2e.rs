@@ -120,7 +120,8 @@ fn e2e_stalled_when_sigstopped_while_loading() {
     assert_eq!(r["phase"], "weights");
     let last_progress = stopped_at_ms.expect("weights phase was reported");
     let at = r["t_ms"].as_u64().unwrap();
-    assert!(at >= last_progress + 2000, "verdict at {at} ms, before last progress {last_progress} + 2000");
+    // the phase event is stamped when printed, up to 1 ms after the judge saw the line
+    assert!(at + 1 >= last_progress + 2000, "verdict at {at} ms, before last progress {last_progress} + 2000");
     assert!(r["detail"].as_str().unwrap().contains("no progress for"));
 }
 

@@ -17,8 +17,11 @@ echo; curl -s "http://127.0.0.1:$port/completion" -d '{"prompt":"hi","n_predict"
 echo; $V logs demo -n 3
 echo; $V down demo
 
-echo; echo "### 2. a server dying on a truncated model: verdict, cause, root-cause lines, hint"
-$V up --name broken -- "$VIGIL_LLAMA_SERVER" -m "$VIGIL_MODELS/truncated.gguf" --host 127.0.0.1 --port "$port" || echo "(exit code $?)"
+echo; echo "### 2. a truncated model: vigil check refuses it before any launch"
+$V check -- "$VIGIL_LLAMA_SERVER" -m "$VIGIL_MODELS/truncated.gguf" --port "$port" || echo "(exit code $?)"
 
-echo; echo "### 3. offline post-mortem of its log"
+echo; echo "### 3. launched anyway (--no-check): the crash verdict, cause, root-cause lines, hint"
+$V up --name broken --no-check -- "$VIGIL_LLAMA_SERVER" -m "$VIGIL_MODELS/truncated.gguf" --host 127.0.0.1 --port "$port" || echo "(exit code $?)"
+
+echo; echo "### 4. offline post-mortem of its log"
 $V diagnose "$VIGIL_STATE_DIR/runs/broken/server.log" || echo "(exit code $?)"

@@ -14,35 +14,80 @@ pub use types::{Cause, Phase, Verdict};
 
 /// Runs a whole text through a classifier and an offline judge. Lines are split on `\n` and `\r`.
 pub fn diagnose_text(profiles: &Profiles, forced: Option<&str>, text: &str) -> Report {
-    let mut c = Classifier::new(profiles, forced);
-    let mut j = Judge::new(JudgeConfig::default());
-    let mut stamper = Stamper::default();
-    let mut header = HeaderSkipper::default();
-    let mut feed = |raw: &str, c: &mut Classifier, j: &mut Judge| {
+    let mut o = Offline::new(profiles, forced);
+    for raw in text.split(['\n', '\r']) {
+        o.push(raw, &mut |_| {});
+    }
+    o.finish(&mut |_| {})
+}
+
+/// What the offline reader saw, for callers that show it (`diagnose --explain`, `--json`).
+pub enum Seen<'a> {
+    /// A line about to be judged; `detected` is set on the line that revealed the server kind.
+    Line { line: &'a Line, detected: Option<&'a str> },
+    /// The events the judge gave for it.
+    Events(Vec<Event>),
+}
+
+/// The offline reading of one log: a leading comment header skipped, lines classified, log stamps
+/// turned into judge time, the offline judge. Fed line by line, so a caller can stream any size.
+pub struct Offline<'p> {
+    c: Classifier<'p>,
+    j: Judge,
+    stamper: Stamper,
+    header: HeaderSkipper,
+    announced: bool,
+}
+
+impl<'p> Offline<'p> {
+    pub fn new(profiles: &'p Profiles, forced: Option<&str>) -> Offline<'p> {
+        Offline {
+            c: Classifier::new(profiles, forced),
+            j: Judge::new(JudgeConfig::default()),
+            stamper: Stamper::default(),
+            header: HeaderSkipper::default(),
+            announced: false,
+        }
+    }
+
+    /// Feeds one raw line (without its line ending).
+    pub fn push(&mut self, raw: &str, each: &mut dyn FnMut(Seen)) {
+        if self.header.skip(raw) {
+            return;
+        }
+        for held in self.header.release() {
+            self.feed(&held, each);
+        }
+        self.feed(raw, each);
+    }
+
+    /// Ends the text (lines held as a possible header are judged after all) and gives the verdict.
+    pub fn finish(&mut self, each: &mut dyn FnMut(Seen)) -> Report {
+        for held in self.header.release() {
+            self.feed(&held, each);
+        }
+        self.j.feed(Fact { at: None, input: Input::Eof });
+        self.j.final_report()
+    }
+
+    fn feed(&mut self, raw: &str, each: &mut dyn FnMut(Seen)) {
         if raw.trim().is_empty() {
             return;
         }
-        let line = c.classify(raw);
-        if let Some(k) = c.kind() {
-            j.set_server(&k.name);
+        let line = self.c.classify(raw);
+        let mut detected = None;
+        if !self.announced {
+            if let Some(k) = self.c.kind() {
+                self.announced = true;
+                self.j.set_server(&k.name);
+                detected = Some(k.name.as_str());
+            }
         }
-        let at = stamper.at(line.stamp);
-        j.feed(Fact { at, input: Input::Line(Box::new(line)) });
-    };
-    for raw in text.split(['\n', '\r']) {
-        if header.skip(raw) {
-            continue;
-        }
-        for held in header.release() {
-            feed(&held, &mut c, &mut j);
-        }
-        feed(raw, &mut c, &mut j);
+        each(Seen::Line { line: &line, detected });
+        let at = self.stamper.at(line.stamp);
+        let events = self.j.feed(Fact { at, input: Input::Line(Box::new(line)) });
+        each(Seen::Events(events));
     }
-    for held in header.release() {
-        feed(&held, &mut c, &mut j);
-    }
-    j.feed(Fact { at: None, input: Input::Eof });
-    j.final_report()
 }
 
 /// Turns log stamps (any scale) into judge time for offline reading: the first stamp is 0; lines

@@ -5,7 +5,7 @@ use crate::exit;
 use crate::lines::Splitter;
 use crate::report::{Mode, Reporter};
 use std::io::Read;
-use vigil_core::{Classifier, Fact, HeaderSkipper, Input, Judge, JudgeConfig, Profiles, Stamper};
+use vigil_core::{Offline, Profiles, Seen};
 
 pub struct Args {
     pub files: Vec<String>,
@@ -42,66 +42,41 @@ fn one(path: &str, a: &Args, profiles: &Profiles, rep: &mut Reporter, many: bool
         }
         Box::new(f)
     };
-    let mut c = Classifier::new(profiles, a.server.as_deref());
-    let mut j = Judge::new(JudgeConfig::default());
-    let mut stamper = Stamper::default();
-    let mut header = HeaderSkipper::default();
+    let mut offline = Offline::new(profiles, a.server.as_deref());
     let mut split = Splitter::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut lineno: u64 = 0;
-    let mut announced = false;
-    let mut handle = |raw: String, c: &mut Classifier, j: &mut Judge, rep: &mut Reporter, lineno: &mut u64| {
-        *lineno += 1;
-        let mut feed = |raw: &str, n: u64, c: &mut Classifier, j: &mut Judge, rep: &mut Reporter| {
-            if raw.trim().is_empty() {
-                return;
+    // What to show of each line: the detection, the explain line, the JSON events.
+    let show = |seen: Seen, n: u64, rep: &mut Reporter| match seen {
+        Seen::Line { line, detected } => {
+            if let (Some(k), Mode::Json) = (detected, rep.mode) {
+                rep.json(serde_json::json!({"event": "detected", "server": k, "line": n}));
             }
-            let line = c.classify(raw);
-            if let Some(k) = c.kind() {
-                if !announced {
-                    announced = true;
-                    j.set_server(&k.name);
-                    if rep.mode == Mode::Json {
-                        rep.json(serde_json::json!({"event": "detected", "server": k.name, "line": n}));
-                    }
-                }
-            }
-            if a.explain {
-                if let Some(h) = &line.hit {
+            if let (true, Some(h)) = (a.explain, &line.hit) {
+                if rep.mode == Mode::Json {
+                    rep.json(serde_json::json!({"event": "match", "line": n, "profile": h.profile, "rule": h.rule, "source": h.source, "text": line.text}));
+                } else {
                     let what = match h.phase {
                         Some(p) => format!("{:?}→{}", h.kind, p),
                         None => format!("{:?}", h.kind),
                     };
-                    let msg = format!(
+                    rep.line(&format!(
                         "L{n}: {}/{} [{}]{} | {}",
                         h.profile,
                         h.rule,
                         what.to_lowercase(),
                         h.cause.map(|c| format!(" cause={c}")).unwrap_or_default(),
                         line.text
-                    );
-                    if rep.mode == Mode::Json {
-                        rep.json(serde_json::json!({"event": "match", "line": n, "profile": h.profile, "rule": h.rule, "source": h.source, "text": line.text}));
-                    } else {
-                        rep.line(&msg);
-                    }
+                    ));
                 }
             }
-            let at = stamper.at(line.stamp);
-            for ev in j.feed(Fact { at, input: Input::Line(Box::new(line)) }) {
-                let t = ev_time(&ev);
-                if !matches!(ev, vigil_core::Event::Verdict(_)) && rep.mode == Mode::Json {
-                    rep.event(t, &ev);
-                }
+        }
+        Seen::Events(evs) if rep.mode == Mode::Json => {
+            for ev in evs.iter().filter(|e| !matches!(e, vigil_core::Event::Verdict(_))) {
+                rep.event(ev_time(ev), ev);
             }
-        };
-        if header.skip(&raw) {
-            return;
         }
-        for held in header.release() {
-            feed(&held, *lineno, c, j, rep);
-        }
-        feed(&raw, *lineno, c, j, rep);
+        Seen::Events(_) => {}
     };
     loop {
         let n = match file.read(&mut buf) {
@@ -113,18 +88,15 @@ fn one(path: &str, a: &Args, profiles: &Profiles, rep: &mut Reporter, many: bool
         let mut lines = Vec::new();
         split.push(&buf[..n], &mut |l| lines.push(l));
         for l in lines {
-            handle(l, &mut c, &mut j, rep, &mut lineno);
+            lineno += 1;
+            offline.push(&l, &mut |seen| show(seen, lineno, rep));
         }
     }
     if let Some(l) = split.finish() {
-        handle(l, &mut c, &mut j, rep, &mut lineno);
+        lineno += 1;
+        offline.push(&l, &mut |seen| show(seen, lineno, rep));
     }
-    for held in header.release() {
-        let line = c.classify(&held);
-        j.feed(Fact { at: None, input: Input::Line(Box::new(line)) });
-    }
-    j.feed(Fact { at: None, input: Input::Eof });
-    let r = j.final_report();
+    let r = offline.finish(&mut |seen| show(seen, lineno, rep));
     let t = r.elapsed_ms.unwrap_or(0);
     rep.verdict(t, &r, many.then_some(path));
     Ok(exit::for_verdict(r.verdict))

@@ -771,14 +771,7 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
     let port = l.port.or_else(|| server.and_then(|s| profiles.get(s)).map(|p| p.port));
     if let Some(p) = port {
         if !procs::port_free(p) {
-            let holder = procs::port_holder(p)
-                .map(|(pid, cmd)| {
-                    format!(
-                        "pid {pid} ({})",
-                        crate::run::redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]).0.join(" ")
-                    )
-                })
-                .unwrap_or_else(|| "a process this user cannot see".into());
+            let holder = procs::port_holder_text(p);
             rep.add(
                 Severity::Error,
                 "port",
@@ -818,11 +811,16 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
                 let cmd = crate::follow::cmdline(p.pid)
                     .map(|c| c.join(" "))
                     .unwrap_or_else(|| "a process of another pid namespace".into());
-                let (red, _, _) = crate::run::redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]);
                 rep.add(
                     Severity::Warning,
                     "gpu-foreign",
-                    format!("GPU {}: pid {} ({}) already holds {} MiB", p.gpu, p.pid, red.join(" "), p.used_mib),
+                    format!(
+                        "GPU {}: pid {} ({}) already holds {} MiB",
+                        p.gpu,
+                        p.pid,
+                        crate::run::redact_cmdline(&cmd),
+                        p.used_mib
+                    ),
                     Some(format!("stop it first (`vigil down --pid {}`) if it is a leftover", p.pid)),
                 );
             }
@@ -920,8 +918,6 @@ pub fn run(
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
     let cwd = std::env::current_dir().map_err(|e| CliError::usage(e.to_string()))?;
-    let (red, _, _) = crate::run::redact(&argv, &[]);
-    let _ = red;
     let rep = check(&Inputs { argv: &argv, server, env: &env, cwd: &cwd }, profiles)?;
     print(&rep, json);
     Ok(if rep.errors() > 0 { crate::exit::CHECK_FAILED } else { crate::exit::READY })

@@ -257,7 +257,7 @@ pub fn before_stop(root: i32, tree: &[i32]) -> Option<Before> {
     let reader = Reader::open().ok()?;
     let s = reader.sample().ok()?;
     let tree: BTreeSet<i32> = tree.iter().copied().collect();
-    let held = held_by(&s, &tree, &|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+    let held = held_by(&s, &tree, &crate::procs::exists);
     let server_start_ticks = crate::procs::read_proc(root).map(|p| p.start_ticks).unwrap_or(0);
     Some(Before { reader, held, tree, server_start_ticks })
 }

@@ -488,13 +488,12 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                 }
                 for p in &s.procs {
                     let cmd = follow::cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| "?".into());
-                    let (red, _, _) = run::redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]);
                     crate::report::out_line(&format!(
                         "  pid {:>7} GPU {} {:>7} MiB  {}",
                         p.pid,
                         p.gpu,
                         p.used_mib,
-                        red.join(" ")
+                        run::redact_cmdline(&cmd)
                     ));
                 }
             }

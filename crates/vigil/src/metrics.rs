@@ -31,34 +31,33 @@ pub struct Metrics {
     verdict: Family<VerdictLabel, Gauge>,
     phase_seconds: Gauge<f64, AtomicU64>,
     probe_latency: Gauge<f64, AtomicU64>,
-    restarts: Counter,
     server: Arc<Mutex<String>>,
 }
 
 impl Metrics {
-    pub fn new(restarts: u64) -> Metrics {
+    pub fn new(restart_count: u64) -> Metrics {
+        let (phase, verdict) = (Family::default(), Family::default());
+        let (phase_seconds, probe_latency) = (Gauge::default(), Gauge::default());
+        let restarts: Counter = Counter::default();
+        restarts.inc_by(restart_count);
         let mut r = Registry::default();
-        let m = Metrics {
-            registry: Arc::new(Mutex::new(Registry::default())),
-            phase: Family::default(),
-            verdict: Family::default(),
-            phase_seconds: Gauge::default(),
-            probe_latency: Gauge::default(),
-            restarts: Counter::default(),
-            server: Arc::new(Mutex::new("unknown".into())),
-        };
-        r.register("vigil_phase", "1 for the server's current startup phase, 0 for the others", m.phase.clone());
+        r.register("vigil_phase", "1 for the server's current startup phase, 0 for the others", phase.clone());
         r.register(
             "vigil_verdict",
             "1 for the current verdict (starting, ready, crashed, stalled, timeout, unhealthy)",
-            m.verdict.clone(),
+            verdict.clone(),
         );
-        r.register("vigil_phase_seconds", "Seconds in the current phase", m.phase_seconds.clone());
-        r.register("vigil_probe_latency_seconds", "Latency of the last health probe", m.probe_latency.clone());
-        r.register("vigil_restarts", "Restarts of this run (vigil restart)", m.restarts.clone());
-        m.restarts.inc_by(restarts);
-        *m.registry.lock().unwrap() = r;
-        m
+        r.register("vigil_phase_seconds", "Seconds in the current phase", phase_seconds.clone());
+        r.register("vigil_probe_latency_seconds", "Latency of the last health probe", probe_latency.clone());
+        r.register("vigil_restarts", "Restarts of this run (vigil restart)", restarts.clone());
+        Metrics {
+            registry: Arc::new(Mutex::new(r)),
+            phase,
+            verdict,
+            phase_seconds,
+            probe_latency,
+            server: Arc::new(Mutex::new("unknown".into())),
+        }
     }
 
     pub fn set_server(&self, s: &str) {

@@ -141,6 +141,19 @@ pub fn port_holder(port: u16) -> Option<(i32, String)> {
     None
 }
 
+/// The holder of a port for messages: "pid 1234 (cmd, secrets redacted)".
+pub fn port_holder_text(port: u16) -> String {
+    match port_holder(port) {
+        Some((pid, cmd)) => format!("pid {pid} ({})", crate::run::redact_cmdline(&cmd)),
+        None => "a process this user cannot see".into(),
+    }
+}
+
+/// Does /proc show this pid (in our pid namespace)?
+pub fn exists(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Is the port free to bind on this machine (any address)?
 pub fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()

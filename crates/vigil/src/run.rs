@@ -217,6 +217,11 @@ pub fn redact(argv: &[String], env: &[(String, String)]) -> (Vec<String>, Vec<(S
     (out, env_out, s)
 }
 
+/// A command line given as one string (from /proc), secret flag values replaced by `***`.
+pub fn redact_cmdline(cmd: &str) -> String {
+    redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]).0.join(" ")
+}
+
 /// Secret values as they appear in text (the `--flag=value` form contributes its value).
 pub fn secret_values(s: &Secrets) -> Vec<String> {
     let mut v: Vec<String> = s

@@ -150,13 +150,7 @@ async fn launch(
         .filter(|_| !a.no_probe);
     if let Some(p) = port {
         if !procs::port_free(p) {
-            let holder = match procs::port_holder(p) {
-                Some((pid, cmd)) => {
-                    let (red, _, _) = run::redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]);
-                    format!("pid {pid} ({})", red.join(" "))
-                }
-                None => "a process this user cannot see".into(),
-            };
+            let holder = procs::port_holder_text(p);
             rep.note(0, &format!("refused: port {p} is taken by {holder}"));
             eprintln!("vigil: error: port {p} is taken by {holder}; not launching");
             return Ok(exit::REFUSED);
@@ -181,9 +175,11 @@ async fn launch(
         let _ = std::fs::remove_file(dir.join(f));
     }
     let log = dir.join("server.log");
-    for i in 0..=9 {
-        let p = if i == 0 { log.clone() } else { PathBuf::from(format!("{}.{i}", log.display())) };
-        let _ = std::fs::remove_file(p);
+    // the earlier run's log and every rotated copy of it, whatever its --log-keep was
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("server.log")) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
     let (argv_red, env_red, secrets) = run::redact(&argv, &env);
     for v in run::secret_values(&secrets) {
@@ -239,7 +235,7 @@ async fn launch(
             &format!("launched '{name}': server pid {server_pid}, keeper pid {}, log {}", st.keeper_pid, log.display()),
         );
     }
-    let out = watch(name, &dir, &rec, server_pid, a, profiles.clone()).await?;
+    let out = watch(&dir, &rec, server_pid, a, profiles.clone()).await?;
     if let Some(r) = &out.report {
         let _ = run::write_json(&dir.join("startup.json"), r);
     }
@@ -308,14 +304,12 @@ fn spawn_keeper(dir: &Path) -> Result<(), CliError> {
 }
 
 async fn watch(
-    name: &str,
     dir: &Path,
     rec: &RunRecord,
     pid: i32,
     a: &UpArgs,
     profiles: Profiles,
 ) -> Result<wait::Outcome, CliError> {
-    let _ = name;
     let mut w = a.proof.clone();
     w.pid = Some(pid);
     w.timeout = a.timeout;
@@ -662,8 +656,6 @@ pub fn ps(json: bool) -> Result<i32, CliError> {
         if pids.contains(&ppid) {
             continue; // shown with its parent
         }
-        let argv: Vec<String> = cmd.split(' ').map(String::from).collect();
-        let (red, _, _) = run::redact(&argv, &[]);
         let mut ports = procs::ports_of(pid);
         for d in procs::descendants(pid) {
             ports.extend(procs::ports_of(d));
@@ -673,7 +665,7 @@ pub fn ps(json: bool) -> Result<i32, CliError> {
         let gpu_mib = gpu.as_ref().map(|s| {
             let mut tree: std::collections::BTreeSet<i32> = procs::descendants(pid).into_iter().collect();
             tree.insert(pid);
-            crate::gpu::held_by(s, &tree, &|p| std::path::Path::new(&format!("/proc/{p}")).exists()).total_mib
+            crate::gpu::held_by(s, &tree, &procs::exists).total_mib
         });
         rows.push(PsRow {
             pid,
@@ -681,7 +673,7 @@ pub fn ps(json: bool) -> Result<i32, CliError> {
             age_s: procs::read_proc(pid).as_ref().and_then(procs::age_secs),
             ports,
             gpu_mib,
-            cmd: red.join(" "),
+            cmd: run::redact_cmdline(&cmd),
         });
     }
     if json {

@@ -276,8 +276,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                         crate::procs::descendants(pid).into_iter().collect();
                     pids.insert(pid);
                     if let Ok(s) = reader.sample() {
-                        let h =
-                            crate::gpu::held_by(&s, &pids, &|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+                        let h = crate::gpu::held_by(&s, &pids, &crate::procs::exists);
                         if gpu_tx.send(h).is_err() {
                             return;
                         }

@@ -37,7 +37,7 @@ pub struct Report {
 }
 
 impl Report {
-    fn add(&mut self, severity: Severity, rule: &str, message: impl Into<String>, fix: Option<String>) {
+    pub fn add(&mut self, severity: Severity, rule: &str, message: impl Into<String>, fix: Option<String>) {
         self.findings.push(Finding { severity, rule: rule.into(), message: message.into(), fix });
     }
     pub fn errors(&self) -> usize {
@@ -352,6 +352,9 @@ pub struct Inputs<'a> {
     pub server: Option<String>,
     pub env: &'a [(String, String)],
     pub cwd: &'a Path,
+    /// Check this machine too (ports, GPUs, /dev/shm, disk, the interpreter's packages); off when
+    /// the server runs elsewhere (`check --host`: the model files are a local mirror).
+    pub local_machine: bool,
 }
 
 fn env_get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
@@ -378,7 +381,7 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
         Some("vllm") => Some("vllm"),
         _ => None,
     };
-    if let Some(pkg) = pkg {
+    if let Some(pkg) = pkg.filter(|_| inp.local_machine) {
         let v = interpreter(&l.program, &path_env).and_then(|i| package_version(&i, pkg));
         match &v {
             Some(v) => {
@@ -400,7 +403,9 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
         Some("llama-cpp") => check_gguf(inp, &l, &mut rep),
         _ => {}
     }
-    check_env(inp, &l, server.as_deref(), profiles, &mut rep);
+    if inp.local_machine {
+        check_env(inp, &l, server.as_deref(), profiles, &mut rep);
+    }
     Ok(rep)
 }
 
@@ -918,7 +923,7 @@ pub fn run(
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
     let cwd = std::env::current_dir().map_err(|e| CliError::usage(e.to_string()))?;
-    let rep = check(&Inputs { argv: &argv, server, env: &env, cwd: &cwd }, profiles)?;
+    let rep = check(&Inputs { argv: &argv, server, env: &env, cwd: &cwd, local_machine: true }, profiles)?;
     print(&rep, json);
     Ok(if rep.errors() > 0 { crate::exit::CHECK_FAILED } else { crate::exit::READY })
 }

@@ -9,6 +9,8 @@ use vigil_core::{Phase, Profiles};
 pub enum CliError {
     Usage(String),
     Internal(String),
+    /// A remote host could not be reached, or the connection was lost for good (exit 12).
+    Unreachable(String),
 }
 
 impl CliError {

@@ -24,6 +24,9 @@ pub const NOT_STOPPED: i32 = 9;
 pub const CHECK_FAILED: i32 = 10;
 /// Ready, but degraded (e.g. speculative decoding asked for and off).
 pub const DEGRADED: i32 = 11;
+/// A remote host could not be reached over SSH (closed port, no SSH, unknown host key, refused
+/// key), or the connection was lost and did not come back within the reconnect window.
+pub const UNREACHABLE: i32 = 12;
 /// vigil was interrupted (SIGINT / SIGTERM) before a verdict.
 pub const INTERRUPTED: i32 = 130;
 
@@ -49,7 +52,8 @@ pub fn worst(a: i32, b: i32) -> i32 {
         TIMEOUT => 3,
         STALLED => 4,
         CRASHED => 5,
-        _ => 6,
+        UNREACHABLE => 6,
+        _ => 7,
     };
     if rank(b) > rank(a) {
         b

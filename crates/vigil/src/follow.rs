@@ -14,6 +14,18 @@ pub enum SourceMsg {
     Line(String),
     /// A note for the user (file appeared, rotated, command ended).
     Note(String),
+    /// The SSH connection carrying the log dropped (probes pause until it is back).
+    Disconnected,
+    /// Connected again; the log resumes at byte `offset`.
+    Reconnected {
+        host: String,
+        down_ms: u64,
+        offset: u64,
+    },
+    /// The stream resumed on the same connection (a remote `tail` ended on its own).
+    Resumed,
+    /// The connection is gone for good.
+    Lost(String),
 }
 
 const POLL: Duration = Duration::from_millis(25);

@@ -7,6 +7,7 @@ mod exit;
 mod follow;
 mod gguf;
 mod gpu;
+mod hosts;
 mod keeper;
 mod kprobe;
 mod lines;
@@ -15,6 +16,7 @@ mod notify;
 mod probe;
 mod procs;
 mod proof;
+mod remote;
 mod report;
 mod run;
 mod up;
@@ -56,6 +58,14 @@ pub fn take_interrupt() -> bool {
     false
 }
 
+/// Resolves when an interrupt is pending, without taking it: for one of several concurrent watches
+/// (the driver takes it once all of them stopped).
+pub async fn seen_interrupt() {
+    while INTERRUPTS.load(Ordering::SeqCst) <= CONSUMED.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Resolves when an interrupt is pending, and takes it.
 pub async fn next_interrupt() {
     while !take_interrupt() {
@@ -77,8 +87,42 @@ struct Cli {
     /// Extra profile directory (*.toml); also read: $XDG_CONFIG_HOME/vigil/profiles/
     #[arg(long = "profiles", global = true, value_name = "DIR")]
     profiles: Vec<PathBuf>,
+    #[command(flatten)]
+    remote: RemoteFlags,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// Remote nodes (up, wait, status, logs, down, ps): the system ssh client, one connection per host.
+#[derive(clap::Args)]
+struct RemoteFlags {
+    /// Run on a remote node over SSH: [USER@]NODE, a Host of your ssh config, or ssh://[USER@]NODE[:PORT].
+    #[arg(long, global = true, value_name = "[USER@]NODE")]
+    host: Option<String>,
+    /// Several hosts, comma-separated: a fleet (each host on its own), or with --multi-node one server.
+    #[arg(long, global = true, value_name = "H1,H2,...")]
+    hosts: Option<String>,
+    /// Hosts from a file, one a line (# comments).
+    #[arg(long, global = true, value_name = "FILE")]
+    hosts_file: Option<PathBuf>,
+    /// The hosts run one server together: rank i on the i-th host; one verdict (implied by --nnodes N>1).
+    #[arg(long, global = true)]
+    multi_node: bool,
+    /// Fleets: at most this many hosts at once.
+    #[arg(long, global = true, default_value_t = 8, value_name = "N")]
+    parallel: usize,
+    /// ssh config file (ssh -F); default: ssh's own (~/.ssh/config).
+    #[arg(long, global = true, value_name = "FILE", env = "VIGIL_SSH_CONFIG")]
+    ssh_config: Option<PathBuf>,
+    /// SSH connect timeout (TCP and the SSH banner).
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
+    connect_timeout: std::time::Duration,
+    /// After the connection drops, keep reconnecting this long (backoff 0.25 s doubling to 5 s).
+    #[arg(long, global = true, default_value = "2m", value_parser = parse_duration)]
+    reconnect_for: std::time::Duration,
+    /// Runs directory on the remote (default ${XDG_STATE_HOME:-~/.local/state}/vigil/remote).
+    #[arg(long, global = true, value_name = "DIR", env = "VIGIL_REMOTE_DIR")]
+    remote_dir: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -186,9 +230,9 @@ enum Cmd {
     Up {
         #[command(flatten)]
         up: UpFlags,
-        /// The server command.
-        #[arg(last = true, required = true, value_name = "CMD")]
-        cmd: Vec<String>,
+        /// The server command (with --host, passed byte for byte to the remote server).
+        #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(std::ffi::OsString))]
+        cmd: Vec<std::ffi::OsString>,
     },
     /// Stop a run's whole process tree and prove nothing is left.
     Down {
@@ -318,6 +362,9 @@ struct UpFlags {
     /// Do not probe the health URL: the log alone proves readiness.
     #[arg(long)]
     no_probe: bool,
+    /// Probe interval once the port may be open.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: std::time::Duration,
     /// Rotated run logs kept (server.log.1 … .N).
     #[arg(long, default_value_t = 3)]
     log_keep: u32,
@@ -351,6 +398,7 @@ impl UpFlags {
             proof: {
                 let mut w = wait::Args::new();
                 self.proof.apply(&mut w);
+                w.interval = self.interval.max(std::time::Duration::from_millis(10));
                 w
             },
             cmd,
@@ -391,6 +439,10 @@ fn main() {
             eprintln!("vigil: internal error: {m}");
             exit::INTERNAL
         }
+        Err(CliError::Unreachable(m)) => {
+            eprintln!("vigil: error: {m}");
+            exit::UNREACHABLE
+        }
     };
     std::process::exit(code);
 }
@@ -403,6 +455,21 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         install_interrupt_handlers();
     }
     let profiles = load_profiles(&cli.profiles)?;
+    let rf = &cli.remote;
+    if rf.connect_timeout.is_zero() {
+        return Err(CliError::usage("--connect-timeout must be above zero"));
+    }
+    let ssh = remote::SshOpts {
+        config: rf.ssh_config.clone(),
+        connect_timeout: rf.connect_timeout,
+        reconnect_for: rf.reconnect_for,
+        remote_dir: rf.remote_dir.clone(),
+    };
+    let hosts =
+        hosts::Hosts::parse(rf.host.clone(), rf.hosts.clone(), rf.hosts_file.clone(), rf.multi_node, rf.parallel, ssh)?;
+    if let Some(hs) = hosts {
+        return run_remote(cli.cmd, hs, profiles);
+    }
     match cli.cmd {
         Cmd::Diagnose { files, json, explain, quiet, server } => {
             check_server(&profiles, &server)?;
@@ -455,6 +522,18 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Cmd::Up { up: f, cmd } => {
             check_server(&profiles, &f.server)?;
+            let cmd = cmd
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    a.into_string().map_err(|_| {
+                        CliError::usage(format!(
+                            "argument {} of the server command is not valid UTF-8 (local runs need UTF-8; --host passes any bytes)",
+                            i + 1
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             runtime()?.block_on(up::up(f.into_args(cmd), profiles))
         }
         Cmd::Restart { name, up: f } => runtime()?.block_on(up::restart(&name, f.into_args(vec![]), profiles)),
@@ -530,5 +609,75 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             }
             Ok(exit::READY)
         }
+    }
+}
+
+/// The commands that work on remote hosts (`--host`, `--hosts`, `--hosts-file`).
+fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Result<i32, CliError> {
+    use std::os::unix::ffi::OsStringExt;
+    let rt = runtime()?;
+    match cmd {
+        Cmd::Up { up: f, cmd } => {
+            check_server(&profiles, &f.server)?;
+            let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
+            rt.block_on(hosts::up(hs, f.into_args(vec![]), argv, profiles))
+        }
+        Cmd::Wait {
+            name,
+            url,
+            log,
+            log_cmd,
+            pid,
+            server,
+            timeout,
+            interval,
+            probe_timeout,
+            api_key_env,
+            stall,
+            json,
+            quiet,
+            echo,
+            proof,
+        } => {
+            check_server(&profiles, &server)?;
+            if log.is_some() || log_cmd.is_some() || pid.is_some() {
+                return Err(CliError::usage(
+                    "wait --host: give the NAME of a run started with `vigil up --host` (--log/--log-cmd/--pid are local)",
+                ));
+            }
+            let Some(name) = name else {
+                return Err(CliError::usage("wait --host: give the NAME of a run started with `vigil up --host`"));
+            };
+            if interval.is_zero() {
+                return Err(CliError::usage("--interval must be above zero"));
+            }
+            let mut w = wait::Args::new();
+            proof.apply(&mut w);
+            w.url = url;
+            w.server = server;
+            w.timeout = timeout;
+            w.interval = interval;
+            w.probe_timeout = probe_timeout.or(w.probe_timeout);
+            w.api_key_env = api_key_env;
+            w.stall = stall;
+            w.json = json;
+            w.quiet = quiet;
+            w.echo = echo;
+            rt.block_on(hosts::wait(hs, name, w, profiles))
+        }
+        Cmd::Down { names, all, pid, grace, json } => {
+            if pid.is_some() {
+                return Err(CliError::usage("down --host: give a run name or --all (--pid is local)"));
+            }
+            rt.block_on(hosts::down(hs, names, all, grace, json))
+        }
+        Cmd::Status { json } => rt.block_on(hosts::status(hs, json, profiles)),
+        Cmd::Logs { name, follow, lines } => rt.block_on(hosts::logs(hs, name, follow, lines)),
+        Cmd::Ps { json } => rt.block_on(hosts::ps(hs, json)),
+        Cmd::Check { json, server, cmd } => {
+            check_server(&profiles, &server)?;
+            rt.block_on(hosts::check(hs, cmd, server, json, profiles))
+        }
+        _ => Err(CliError::usage("--host/--hosts work with up, wait, status, logs, down, ps and check")),
     }
 }

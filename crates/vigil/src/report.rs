@@ -22,6 +22,8 @@ pub struct Reporter {
     last_live: Option<Instant>,
     last_heartbeat: Instant,
     pub heartbeat_every: Duration,
+    /// The host (and multi-node rank) this reporter speaks for: a prefix on lines, fields in JSON.
+    tag: Option<(String, Option<usize>)>,
 }
 
 pub fn is_tty(fd: i32) -> bool {
@@ -49,6 +51,17 @@ impl Reporter {
             last_live: None,
             last_heartbeat: Instant::now(),
             heartbeat_every: Duration::from_secs(60),
+            tag: None,
+        }
+    }
+
+    /// Speak for one host of several: lines get a `[host]` prefix, JSON objects `host` (and `rank`),
+    /// and no live status line (several would fight over one terminal line).
+    pub fn tagged(&mut self, host: &str, rank: Option<usize>) {
+        self.tag = Some((host.to_string(), rank));
+        if self.mode == Mode::Tty {
+            self.mode = Mode::Plain;
+            self.color = false;
         }
     }
 
@@ -77,7 +90,12 @@ impl Reporter {
     }
 
     fn print(&mut self, s: &str) {
-        let s = self.redact(s);
+        let s = match &self.tag {
+            Some((h, Some(r))) => format!("[{h} rank {r}] {s}"),
+            Some((h, None)) => format!("[{h}] {s}"),
+            None => s.to_string(),
+        };
+        let s = self.redact(&s);
         let mut o = std::io::stdout().lock();
         self.clear_live(&mut o);
         let _ = writeln!(o, "{s}");
@@ -89,7 +107,13 @@ impl Reporter {
         self.print(s);
     }
 
-    pub fn json(&mut self, v: serde_json::Value) {
+    pub fn json(&mut self, mut v: serde_json::Value) {
+        if let (Some((h, r)), Some(m)) = (&self.tag, v.as_object_mut()) {
+            m.insert("host".into(), h.clone().into());
+            if let Some(r) = r {
+                m.insert("rank".into(), (*r).into());
+            }
+        }
         let s = self.redact(&v.to_string());
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "{s}");

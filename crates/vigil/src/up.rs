@@ -35,7 +35,7 @@ pub struct UpArgs {
     pub cmd: Vec<String>,
 }
 
-fn parse_env_file(p: &Path) -> Result<Vec<(String, String)>, CliError> {
+pub fn parse_env_file(p: &Path) -> Result<Vec<(String, String)>, CliError> {
     let text = std::fs::read_to_string(p).map_err(|e| CliError::usage(format!("--env-file {}: {e}", p.display())))?;
     let mut v = Vec::new();
     for (i, l) in text.lines().enumerate() {
@@ -158,7 +158,7 @@ async fn launch(
     }
     if !a.no_check {
         let rep = crate::check::check(
-            &crate::check::Inputs { argv: &argv, server: kind.clone(), env: &env, cwd: &cwd },
+            &crate::check::Inputs { argv: &argv, server: kind.clone(), env: &env, cwd: &cwd, local_machine: true },
             &profiles,
         )?;
         if rep.errors() > 0 {

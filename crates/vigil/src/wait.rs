@@ -58,6 +58,13 @@ pub struct Args {
     pub restarts: u64,
     /// GPU sampling interval (when a GPU reader and a pid exist).
     pub gpu_interval: Duration,
+    /// A run on a remote host: its log and exit status come through the SSH connection.
+    pub remote: Option<crate::remote::RemoteWatch>,
+    /// One of several concurrent watches (fleet, multi-node): the host and rank it speaks for, and
+    /// interrupts are seen without being taken (the driver takes them).
+    pub tag: Option<(String, Option<usize>)>,
+    /// Multi-node: phase changes go to the driver, which reports the least advanced rank.
+    pub phase_tx: Option<mpsc::UnboundedSender<(usize, Phase)>>,
 }
 
 impl Args {
@@ -87,6 +94,9 @@ impl Args {
             metrics: None,
             restarts: 0,
             gpu_interval: Duration::from_secs(2),
+            remote: None,
+            tag: None,
+            phase_tx: None,
         }
     }
 }
@@ -142,6 +152,9 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let t0 = Instant::now();
     let ms = move || t0.elapsed().as_millis() as u64;
     let mut rep = Reporter::new(a.json, a.quiet);
+    if let Some((h, r)) = &a.tag {
+        rep.tagged(h, *r);
+    }
     for s in &a.secrets {
         rep.add_secret(s);
     }
@@ -158,7 +171,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         None => None,
     };
 
-    let has_log = a.log.is_some() || a.log_cmd.is_some();
+    let has_log = a.log.is_some() || a.log_cmd.is_some() || a.remote.is_some();
     // The command line of --pid names the server kind, its port, and (SGLang) its node rank.
     if a.argv.is_empty() {
         a.argv = a.pid.and_then(follow::cmdline).unwrap_or_default();
@@ -245,24 +258,30 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
             tokio::spawn(follow::follow_file(PathBuf::from(l), tx.clone()));
         }
     }
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(ExitInfo, Option<u64>)>();
+    if let Some(w) = &a.remote {
+        tokio::spawn(crate::remote::follow_log(w.clone(), tx.clone()));
+        tokio::spawn(crate::remote::wait_exit(w.clone(), exit_tx.clone()));
+    }
     if let Some(cmd) = &a.log_cmd {
         _log_child =
             Some(follow::spawn_log_cmd(cmd, tx.clone()).map_err(|e| CliError::usage(format!("--log-cmd: {e}")))?);
     }
     drop(tx);
-    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<ExitInfo>();
     if let Some(pid) = a.pid {
         let state_path = a.exit_state.clone();
+        let exit_tx = exit_tx.clone();
         tokio::spawn(async move {
             loop {
                 if !follow::pid_alive(pid) {
-                    let _ = exit_tx.send(exit_info(state_path.as_deref()).await);
+                    let _ = exit_tx.send((exit_info(state_path.as_deref()).await, None));
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         });
     }
+    drop(exit_tx);
 
     // GPU samples of the server's process tree, as facts for the judge.
     let (gpu_tx, mut gpu_rx) = mpsc::unbounded_channel::<crate::gpu::Held>();
@@ -306,6 +325,9 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         if let Some(s) = &server {
             start["server"] = s.clone().into();
         }
+        if let Some(w) = &a.remote {
+            start["remote_run"] = w.name.clone().into();
+        }
         rep.json(start);
     }
 
@@ -324,7 +346,10 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     // the last lines a dying server writes hold the cause.
     const EXIT_DRAIN: Duration = Duration::from_millis(150);
     const EXIT_DRAIN_MAX: Duration = Duration::from_secs(2);
-    let mut pending_exit: Option<(ExitInfo, Instant, Instant)> = None;
+    let mut pending_exit: Option<(ExitInfo, Instant, Instant, Option<u64>)> = None;
+    // The SSH connection is down: probes say nothing about the server then, and pause.
+    let mut link_down = false;
+    let mut last_phase = Phase::Launch;
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -332,7 +357,11 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         let mut events: Vec<Event> = Vec::new();
         let mut gen_done: Option<GenProof> = None;
         tokio::select! {
-            _ = crate::next_interrupt() => {
+            _ = crate::next_interrupt(), if a.tag.is_none() => {
+                rep.note(ms(), if matches!(stage, Stage::Watching) { "interrupted while watching" } else { "interrupted before a verdict" });
+                return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned() });
+            }
+            _ = crate::seen_interrupt(), if a.tag.is_some() => {
                 rep.note(ms(), if matches!(stage, Stage::Watching) { "interrupted while watching" } else { "interrupted before a verdict" });
                 return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned() });
             }
@@ -365,16 +394,38 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     events = judge.feed(Fact { at: Some(ms()), input: Input::Line(Box::new(line)) });
                 }
                 Some(SourceMsg::Note(n)) => rep.note(ms(), &n),
+                Some(SourceMsg::Disconnected) => {
+                    let was_down = std::mem::replace(&mut link_down, true);
+                    for h in [probe_task.take().map(|h| h.abort_handle()), gen_task.take().map(|h| h.abort_handle())].into_iter().flatten() {
+                        h.abort();
+                    }
+                    if rep.mode != crate::report::Mode::Json && !was_down {
+                        rep.note(ms(), "SSH connection lost: reconnecting (the server keeps running; probes paused)");
+                    }
+                }
+                Some(SourceMsg::Resumed) => link_down = false,
+                Some(SourceMsg::Reconnected { host, down_ms, offset }) => {
+                    // probes resume on their schedule: a drop changes nothing the server does
+                    link_down = false;
+                    if rep.mode == crate::report::Mode::Json {
+                        rep.json(serde_json::json!({"event": "reconnected", "t_ms": ms(), "to": host, "down_ms": down_ms, "log_offset": offset}));
+                    } else {
+                        rep.note(ms(), &format!("reconnected to {host} after {}; the log resumes at byte {offset}", fmt_ms(down_ms)));
+                    }
+                }
+                Some(SourceMsg::Lost(why)) => {
+                    return Err(CliError::Unreachable(why));
+                }
                 None => {
                     lines_open = false;
                     rep.note(ms(), "the log source ended");
                     events = judge.feed(Fact { at: Some(ms()), input: Input::Eof });
                 }
             },
-            Some(x) = exit_rx.recv() => {
+            Some((x, need)) = exit_rx.recv() => {
                 if has_log && lines_open {
                     let now = Instant::now();
-                    pending_exit = Some((x, now, now));
+                    pending_exit = Some((x, now, now, need));
                 } else {
                     events = judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) });
                 }
@@ -382,6 +433,9 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
             r = pending(&mut probe_task) => {
                 probe_task = None;
                 let r = r.map_err(|e| CliError::Internal(format!("probe task: {e}")))?;
+                if link_down {
+                    continue;
+                }
                 let key = (r.outcome, r.note.clone());
                 if last_probe.as_ref() != Some(&key) {
                     if rep.mode == crate::report::Mode::Json {
@@ -429,14 +483,21 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
             }
             g = pending(&mut gen_task) => {
                 gen_task = None;
-                gen_done = Some(g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?);
+                let g = g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?;
+                if link_down {
+                    continue;
+                }
+                gen_done = Some(g);
             }
             _ = tick.tick() => {
-                let drained = pending_exit.as_ref().is_some_and(|(_, last, first)| {
-                    last.elapsed() >= EXIT_DRAIN || first.elapsed() >= EXIT_DRAIN_MAX || !lines_open
+                // A remote exit tells the log size at that moment: judge once every byte of it is here.
+                let got = a.remote.as_ref().map(|w| w.bytes.load(std::sync::atomic::Ordering::SeqCst));
+                let drained = pending_exit.as_ref().is_some_and(|(_, last, first, need)| match (need, got) {
+                    (Some(n), Some(g)) => g >= *n || first.elapsed() >= EXIT_DRAIN_MAX * 3 || !lines_open,
+                    _ => last.elapsed() >= EXIT_DRAIN || first.elapsed() >= EXIT_DRAIN_MAX || !lines_open,
                 });
                 events = if drained {
-                    let (x, _, _) = pending_exit.take().unwrap();
+                    let (x, _, _, _) = pending_exit.take().unwrap();
                     judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) })
                 } else {
                     judge.feed(Fact { at: Some(ms()), input: Input::Tick })
@@ -450,6 +511,12 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     probe_asap = true;
                 }
                 Event::Phase { phase, .. } => {
+                    if let (Some(tx), Some((_, Some(r)))) = (&a.phase_tx, &a.tag) {
+                        if *phase != last_phase {
+                            let _ = tx.send((*r, *phase));
+                        }
+                    }
+                    last_phase = *phase;
                     if let Some(n) = &notifier {
                         n.status(&format!("{} {phase}", server.as_deref().unwrap_or("server")));
                     }
@@ -558,7 +625,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
             }
         }
         // Schedule the next probe and generation; never two at once.
-        if let Some(t) = &target {
+        if let Some(t) = target.as_ref().filter(|_| !link_down) {
             if probe_task.is_none() && (probe_asap || Instant::now() >= next_probe) {
                 probe_asap = false;
                 let t = t.clone();

@@ -1,0 +1,1323 @@
+//! `--host`, `--hosts`, `--hosts-file`, `--multi-node`: the commands of `up.rs` on remote nodes,
+//! over one SSH connection per host (see `remote.rs`).
+//!
+//! - One host: the same output as a local run.
+//! - A fleet (`--hosts`): every host on its own, at most `--parallel` at once; lines carry the host,
+//!   a table of per-host verdicts ends the output; the exit code is the worst.
+//! - One server across nodes (`--multi-node`, or `--nnodes N` > 1 in the command): rank i runs on
+//!   the i-th host; one verdict for all: the first rank that fails decides it, ready needs every
+//!   rank ready; the live phase is the least advanced rank's. Only rank 0 is probed (SGLang's
+//!   `/health` on `--node-rank` ≥ 1 is a dummy that always answers 200).
+
+use crate::cli::CliError;
+use crate::exit;
+use crate::remote::{self, Conn, RemoteWatch, SshOpts};
+use crate::report::{out_line, Reporter};
+use crate::up::UpArgs;
+use crate::wait;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use vigil_core::judge::fmt_ms;
+use vigil_core::{Phase, Profiles, Report, Verdict};
+
+/// Which hosts, and how to drive them.
+#[derive(Clone, Debug)]
+pub struct Hosts {
+    pub list: Vec<String>,
+    pub multi_node: bool,
+    pub parallel: usize,
+    pub ssh: SshOpts,
+}
+
+impl Hosts {
+    /// From `--host`, `--hosts a,b`, `--hosts-file F` (one host a line, `#` comments).
+    pub fn parse(
+        host: Option<String>,
+        hosts: Option<String>,
+        file: Option<std::path::PathBuf>,
+        multi_node: bool,
+        parallel: usize,
+        ssh: SshOpts,
+    ) -> Result<Option<Hosts>, CliError> {
+        let mut list: Vec<String> = Vec::new();
+        if let Some(h) = host {
+            list.push(h);
+        }
+        if let Some(hs) = hosts {
+            list.extend(hs.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()));
+        }
+        if let Some(f) = file {
+            let text = std::fs::read_to_string(&f)
+                .map_err(|e| CliError::usage(format!("--hosts-file {}: {e}", f.display())))?;
+            for l in text.lines() {
+                let l = l.split('#').next().unwrap_or("").trim();
+                if !l.is_empty() {
+                    list.push(l.to_string());
+                }
+            }
+        }
+        if list.is_empty() {
+            if multi_node {
+                return Err(CliError::usage("--multi-node needs --hosts (rank i runs on the i-th host)"));
+            }
+            return Ok(None);
+        }
+        for h in &list {
+            remote::valid_dest(h)?;
+        }
+        if parallel == 0 {
+            return Err(CliError::usage("--parallel must be at least 1"));
+        }
+        Ok(Some(Hosts { list, multi_node, parallel, ssh }))
+    }
+}
+
+type Registry = Arc<std::sync::Mutex<Vec<Option<(Arc<Conn>, String)>>>>;
+
+/// What one host ended with.
+pub struct HostResult {
+    pub host: String,
+    pub rank: Option<usize>,
+    pub code: i32,
+    pub report: Option<Report>,
+    /// One line: the verdict's summary or why the host failed.
+    pub note: String,
+    pub conn: Option<Arc<Conn>>,
+    pub name: String,
+}
+
+fn lossy(a: &[u8]) -> String {
+    String::from_utf8_lossy(a).into_owned()
+}
+
+/// The command for rank `rank` of `n`: `{node_rank}` and `{nnodes}` are replaced anywhere; with
+/// several nodes, the value of `--node-rank` is set to the rank.
+pub fn rank_argv(argv: &[Vec<u8>], rank: usize, n: usize) -> Vec<Vec<u8>> {
+    let sub = |a: &[u8]| -> Vec<u8> {
+        let s = a.to_vec();
+        let s = replace_bytes(&s, b"{node_rank}", rank.to_string().as_bytes());
+        replace_bytes(&s, b"{nnodes}", n.to_string().as_bytes())
+    };
+    let mut out: Vec<Vec<u8>> = argv.iter().map(|a| sub(a)).collect();
+    for i in 0..out.len() {
+        if out[i] == b"--node-rank" && i + 1 < out.len() {
+            out[i + 1] = rank.to_string().into_bytes();
+        } else if out[i].starts_with(b"--node-rank=") {
+            out[i] = format!("--node-rank={rank}").into_bytes();
+        }
+    }
+    out
+}
+
+fn replace_bytes(s: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn run_name(a: &UpArgs, kind: &Option<String>, argv: &[Vec<u8>]) -> String {
+    a.name.clone().or_else(|| kind.clone()).unwrap_or_else(|| {
+        let p = lossy(&argv[0]);
+        std::path::Path::new(&p)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "server".into())
+    })
+}
+
+/// `vigil up --host/--hosts`.
+pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) -> Result<i32, CliError> {
+    if argv.is_empty() {
+        return Err(CliError::usage("up: give the server command after --"));
+    }
+    let argv_s: Vec<String> = argv.iter().map(|a| lossy(a)).collect();
+    let nnodes = crate::follow::arg_value(&argv_s, "--nnodes").and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
+    let multi = hs.multi_node || (nnodes > 1 && hs.list.len() > 1);
+    if multi && nnodes > 1 && nnodes != hs.list.len() {
+        return Err(CliError::usage(format!(
+            "--nnodes {nnodes} but {} hosts given: rank i runs on the i-th host",
+            hs.list.len()
+        )));
+    }
+    if !a.no_check {
+        let mut rep = Reporter::new(a.json, a.quiet);
+        rep.note(0, "preflight check (vigil check) is not run for remote hosts: files live on the nodes; run `vigil check` there, or pass --no-check");
+    }
+    let a = Arc::new(a);
+    let profiles = Arc::new(profiles);
+    let single = hs.list.len() == 1 && !multi;
+    if single {
+        let r = up_one(&hs, &hs.list[0], None, 1, false, a.clone(), argv, profiles.clone(), None, None).await;
+        return finish_single(r, &a, &hs).await;
+    }
+    let n = hs.list.len();
+    // every host's connection and run name, as soon as it exists: a failed rank stops the others,
+    // whose watches were cut short
+    let conns: Registry = Arc::new(std::sync::Mutex::new(vec![None; n]));
+    let (ptx, prx) = mpsc::unbounded_channel::<(usize, Phase)>();
+    let jobs: Vec<_> = hs
+        .list
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let (hs, h, a, profiles) = (hs.clone(), h.clone(), a.clone(), profiles.clone());
+            let argv = if multi { rank_argv(&argv, i, n) } else { argv.clone() };
+            let ptx = multi.then(|| ptx.clone());
+            let reg = Some((conns.clone(), i));
+            move || async move { up_one(&hs, &h, multi.then_some(i), n, true, a, argv, profiles, ptx, reg).await }
+        })
+        .collect();
+    drop(ptx);
+    let results =
+        if multi { drive_multi(&hs, jobs, prx, a.json, a.quiet).await } else { drive_fleet(hs.parallel, jobs).await };
+    let code = summarize(&results, multi, a.json, a.quiet);
+    // Foreground: stay until Ctrl-C, then stop every host's run (--detach leaves them running).
+    let all_ready = results.iter().all(|r| r.code == exit::READY || r.code == exit::DEGRADED);
+    let failed_multi = multi && !all_ready;
+    if code == exit::INTERRUPTED || failed_multi || (!a.detach && !a.proof.watch && all_ready) {
+        let mut rep = Reporter::new(a.json, a.quiet);
+        if !failed_multi && code != exit::INTERRUPTED {
+            rep.note(0, "serving on every host; Ctrl-C stops them (--detach to leave them running)");
+            crate::next_interrupt().await;
+        } else if a.keep && code == exit::INTERRUPTED {
+            return Ok(code);
+        } else if failed_multi {
+            rep.note(0, "one rank failed: stopping the other ranks (a multi-node server cannot run without them)");
+        }
+        let mut worst = code;
+        let reg = conns.lock().unwrap().clone();
+        for (r, c) in results.iter().zip(reg) {
+            if let Some((c, name)) = c {
+                let mut rep = Reporter::new(a.json, a.quiet);
+                rep.tagged(&r.host, r.rank);
+                if !stop(&c, &name, a.grace, &mut rep).await? {
+                    worst = exit::worst(worst, exit::NOT_STOPPED);
+                }
+            }
+        }
+        return Ok(worst);
+    }
+    Ok(code)
+}
+
+async fn finish_single(r: HostResult, a: &UpArgs, hs: &Hosts) -> Result<i32, CliError> {
+    let _ = hs;
+    if r.report.is_none() && !matches!(r.code, exit::READY | exit::DEGRADED | exit::INTERRUPTED) {
+        return match r.code {
+            exit::UNREACHABLE => Err(CliError::Unreachable(r.note)),
+            exit::USAGE => Err(CliError::usage(r.note)),
+            exit::INTERNAL => Err(CliError::Internal(r.note)),
+            c => {
+                eprintln!("vigil: error: {}", r.note);
+                Ok(c)
+            }
+        };
+    }
+    let Some(conn) = r.conn.clone() else {
+        if r.code == exit::UNREACHABLE {
+            return Err(CliError::Unreachable(r.note));
+        }
+        if r.code == exit::USAGE {
+            return Err(CliError::usage(r.note));
+        }
+        return Ok(r.code);
+    };
+    let mut rep = Reporter::new(a.json, a.quiet);
+    if r.code == exit::INTERRUPTED {
+        if a.keep {
+            rep.note(0, &format!("--keep: '{}' keeps running on {}", r.name, r.host));
+            return Ok(r.code);
+        }
+        let ok = stop(&conn, &r.name, a.grace, &mut rep).await?;
+        return Ok(if ok { exit::INTERRUPTED } else { exit::NOT_STOPPED });
+    }
+    if a.detach || a.proof.watch || r.report.as_ref().is_none_or(|x| x.verdict != Verdict::Ready) {
+        return Ok(r.code);
+    }
+    rep.note(0, &format!("'{}' is serving on {}; Ctrl-C stops it (--detach to leave it running)", r.name, r.host));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(remote::wait_exit(RemoteWatch::new(conn.clone(), &r.name), tx));
+    tokio::select! {
+        _ = crate::next_interrupt() => {}
+        x = rx.recv() => {
+            let how = match x.map(|x| x.0) {
+                Some(vigil_core::ExitInfo { signal: Some(s), .. }) => format!("killed by {}", vigil_core::judge::signal_name(s)),
+                Some(vigil_core::ExitInfo { code: Some(c), .. }) => format!("exited with status {c}"),
+                _ => "ended".into(),
+            };
+            rep.note(0, &format!("the server {how} after ready"));
+            return Ok(exit::CRASHED);
+        }
+    }
+    let ok = stop(&conn, &r.name, a.grace, &mut rep).await?;
+    Ok(if ok { exit::READY } else { exit::NOT_STOPPED })
+}
+
+/// Launches on one host and watches until a verdict.
+#[allow(clippy::too_many_arguments)]
+async fn up_one(
+    hs: &Hosts,
+    host: &str,
+    rank: Option<usize>,
+    n: usize,
+    tagged: bool,
+    a: Arc<UpArgs>,
+    argv: Vec<Vec<u8>>,
+    profiles: Arc<Profiles>,
+    phase_tx: Option<mpsc::UnboundedSender<(usize, Phase)>>,
+    registry: Option<(Registry, usize)>,
+) -> HostResult {
+    let argv_s: Vec<String> = argv.iter().map(|x| lossy(x)).collect();
+    let kind = a.server.clone().or_else(|| profiles.detect_cmd(&argv_s).map(String::from));
+    let name = run_name(&a, &kind, &argv);
+    let mut res = HostResult {
+        host: host.to_string(),
+        rank,
+        code: exit::INTERNAL,
+        report: None,
+        note: String::new(),
+        conn: None,
+        name: name.clone(),
+    };
+    if let Err(e) = crate::run::valid_name(&name) {
+        res.code = exit::USAGE;
+        res.note = msg(e);
+        return res;
+    }
+    let mut rep = Reporter::new(a.json, a.quiet);
+    if tagged {
+        rep.tagged(host, rank);
+    }
+    let ssh = hs.ssh.clone();
+    let dest = host.to_string();
+    let conn = match tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            res.code = if matches!(e, CliError::Usage(_)) { exit::USAGE } else { exit::UNREACHABLE };
+            res.note = msg(e);
+            if tagged {
+                rep.note(0, &res.note);
+            }
+            return res;
+        }
+        Err(e) => {
+            res.note = e.to_string();
+            return res;
+        }
+    };
+    res.conn = Some(conn.clone());
+    if let Some((reg, i)) = &registry {
+        reg.lock().unwrap()[*i] = Some((conn.clone(), name.clone()));
+    }
+    match launch(&conn, &name, &argv, &a, kind.clone(), &profiles, rank, n, &mut rep).await {
+        Ok(Ok(mut w)) => {
+            if tagged {
+                w.tag = Some((host.to_string(), rank));
+            }
+            w.phase_tx = phase_tx;
+            match wait::run(w, (*profiles).clone()).await {
+                Ok(o) => {
+                    res.code = o.code;
+                    res.note = o
+                        .report
+                        .as_ref()
+                        .map(|r| crate::report::summary(r, None, |s, _| s.to_string()))
+                        .unwrap_or_default();
+                    res.report = o.report;
+                }
+                Err(e) => {
+                    res.code = match &e {
+                        CliError::Unreachable(_) => exit::UNREACHABLE,
+                        CliError::Usage(_) => exit::USAGE,
+                        CliError::Internal(_) => exit::INTERNAL,
+                    };
+                    res.note = msg(e);
+                    rep.note(0, &res.note);
+                }
+            }
+        }
+        Ok(Err((code, why))) => {
+            res.code = code;
+            res.note = why;
+            if tagged || code != exit::USAGE {
+                rep.note(0, &res.note);
+            }
+        }
+        Err(e) => {
+            res.code = exit::UNREACHABLE;
+            res.note = msg(e);
+        }
+    }
+    res
+}
+
+fn msg(e: CliError) -> String {
+    match e {
+        CliError::Usage(m) | CliError::Internal(m) | CliError::Unreachable(m) => m,
+    }
+}
+
+/// Starts the wrapper on the host; the watch's arguments, or (exit code, why) when it refused.
+#[allow(clippy::too_many_arguments)]
+async fn launch(
+    conn: &Arc<Conn>,
+    name: &str,
+    argv: &[Vec<u8>],
+    a: &UpArgs,
+    kind: Option<String>,
+    profiles: &Profiles,
+    rank: Option<usize>,
+    n: usize,
+    rep: &mut Reporter,
+) -> Result<Result<wait::Args, (i32, String)>, CliError> {
+    let argv_s: Vec<String> = argv.iter().map(|x| lossy(x)).collect();
+    let mut env: Vec<(String, String)> = Vec::new();
+    if let Some(f) = &a.env_file {
+        env.extend(crate::up::parse_env_file(f)?);
+    }
+    for kv in &a.env {
+        let (k, v) = kv.split_once('=').ok_or_else(|| CliError::usage(format!("--env {kv}: expected KEY=VALUE")))?;
+        env.push((k.to_string(), v.to_string()));
+    }
+    if let Some(r) = rank {
+        env.push(("VIGIL_NODE_RANK".into(), r.to_string()));
+        env.push(("VIGIL_NNODES".into(), n.to_string()));
+    }
+    let (argv_red, _, secrets) = crate::run::redact(&argv_s, &env);
+    let secret_vals = crate::run::secret_values(&secrets);
+    for s in &secret_vals {
+        rep.add_secret(s);
+    }
+    let shown = String::from_utf8_lossy(&remote::words(argv_red.iter().map(|x| x.as_bytes()))).into_owned();
+    let profile = kind.as_ref().and_then(|k| profiles.get(k)).cloned();
+    let port = crate::follow::arg_value(&argv_s, "--port")
+        .and_then(|p| p.parse::<u16>().ok())
+        .or(profile.as_ref().map(|p| p.port))
+        .filter(|_| !a.no_probe);
+    if a.replace {
+        let _ = stop(conn, name, a.grace, rep).await?;
+    }
+    let script = remote::launch_script(conn, name, argv, &env, &shown, port, kind.as_deref());
+    let (code, out, err) = conn.exec(&script, Duration::from_secs(30)).await?;
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let mut it = out.split_whitespace();
+    match (code, it.next()) {
+        (0, Some("pid")) => {}
+        (91, _) => {
+            return Ok(Err((
+                exit::USAGE,
+                format!(
+                    "run '{name}' is still alive on {} (pid {}): `vigil down --host {} {name}`, or pass --replace",
+                    conn.dest,
+                    it.next().unwrap_or("?"),
+                    conn.dest
+                ),
+            )))
+        }
+        (93, _) => {
+            return Ok(Err((
+                exit::REFUSED,
+                format!("refused: port {} is taken on {}; not launching", port.unwrap_or(0), conn.dest),
+            )))
+        }
+        _ => {
+            return Ok(Err((
+                exit::INTERNAL,
+                format!("launch on {} failed (status {code}): {} {}", conn.dest, out.trim(), err.trim()),
+            )))
+        }
+    }
+    let sp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+    let kp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+    let mut w = a.proof.clone();
+    w.remote = Some(RemoteWatch::new(conn.clone(), name));
+    w.server = kind;
+    w.timeout = a.timeout;
+    w.stall = a.stall.clone();
+    w.json = a.json;
+    w.quiet = a.quiet;
+    w.argv = argv_s;
+    w.secrets = secret_vals;
+    if let (Some(p), true) = (port, rank.unwrap_or(0) == 0) {
+        let lp = conn.forward(p)?;
+        let path = profile.as_ref().map(|p| p.health_path.clone()).unwrap_or_else(|| "/health".into());
+        w.url = Some(format!("http://127.0.0.1:{lp}{path}"));
+    } else if rank.unwrap_or(0) > 0 {
+        w.generate = false;
+    }
+    if rep.mode == crate::report::Mode::Json {
+        rep.json(serde_json::json!({"event": "launched", "t_ms": 0, "name": name, "pid": sp, "keeper_pid": kp, "on": conn.dest}));
+    } else {
+        rep.note(0, &format!("launched '{name}' on {}: server pid {sp}, keeper pid {kp}", conn.dest));
+    }
+    Ok(Ok(w))
+}
+
+/// Stops a remote run; true when nothing is left (and GPU memory, when seen, is released).
+pub async fn stop(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Reporter) -> Result<bool, CliError> {
+    let t0 = Instant::now();
+    let (_, out, _) = conn.exec(&remote::stop_script(conn, name, grace), grace + Duration::from_secs(60)).await?;
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let mut ok = true;
+    for l in out.lines() {
+        let (k, rest) = l.split_once(' ').unwrap_or((l, ""));
+        let t = t0.elapsed().as_millis() as u64;
+        match k {
+            "none" => rep.note(t, &format!("'{name}' on {}: nothing running", conn.dest)),
+            "signal" => {
+                let (sig, pids) = rest.split_once(' ').unwrap_or((rest, ""));
+                rep.note(t, &format!("sent {sig} to pids {}", pids.trim()))
+            }
+            "gone" => rep.note(
+                t,
+                &format!(
+                    "stopped '{name}' on {} in {}; none left",
+                    conn.dest,
+                    fmt_ms(rest.trim().parse().unwrap_or(0))
+                ),
+            ),
+            "left" => {
+                ok = false;
+                rep.note(t, &format!("still alive on {}: pid {}", conn.dest, crate::run::redact_cmdline(rest)));
+            }
+            "gpu-free" => rep.note(t, &format!("GPU memory released: {} MiB no longer held (nvidia-smi)", rest.trim())),
+            "gpu-held" => {
+                ok = false;
+                rep.note(t, &format!("GPU memory NOT released on {}: pid/MiB {rest}", conn.dest));
+            }
+            _ => {}
+        }
+    }
+    Ok(ok)
+}
+
+type Job = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = HostResult>>>>;
+
+fn boxed<F, Fut>(v: Vec<F>) -> Vec<Job>
+where
+    F: FnOnce() -> Fut + 'static,
+    Fut: std::future::Future<Output = HostResult> + 'static,
+{
+    v.into_iter()
+        .map(|f| {
+            Box::new(move || Box::pin(f()) as std::pin::Pin<Box<dyn std::future::Future<Output = HostResult>>>) as Job
+        })
+        .collect()
+}
+
+/// Runs host jobs, at most `parallel` at once; results in host order.
+async fn drive_fleet<F, Fut>(parallel: usize, jobs: Vec<F>) -> Vec<HostResult>
+where
+    F: FnOnce() -> Fut + 'static,
+    Fut: std::future::Future<Output = HostResult> + 'static,
+{
+    let jobs = boxed(jobs);
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async move {
+            let sem = Arc::new(tokio::sync::Semaphore::new(parallel));
+            let mut handles = Vec::new();
+            for j in jobs {
+                let sem = sem.clone();
+                handles.push(tokio::task::spawn_local(async move {
+                    let _permit = sem.acquire_owned().await;
+                    j().await
+                }));
+            }
+            let mut out = Vec::new();
+            for h in handles {
+                if let Ok(r) = h.await {
+                    out.push(r);
+                }
+            }
+            out
+        })
+        .await
+}
+
+/// Runs every rank at once. The first rank to end badly decides the verdict and the others are
+/// stopped watching; ready needs all. Reports the least advanced rank's phase as it changes.
+async fn drive_multi<F, Fut>(
+    hs: &Hosts,
+    jobs: Vec<F>,
+    mut prx: mpsc::UnboundedReceiver<(usize, Phase)>,
+    json: bool,
+    quiet: bool,
+) -> Vec<HostResult>
+where
+    F: FnOnce() -> Fut + 'static,
+    Fut: std::future::Future<Output = HostResult> + 'static,
+{
+    let jobs = boxed(jobs);
+    let n = jobs.len();
+    let hosts = hs.list.clone();
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async move {
+            let (rtx, mut rrx) = mpsc::unbounded_channel::<(usize, HostResult)>();
+            let mut handles = Vec::new();
+            for (i, j) in jobs.into_iter().enumerate() {
+                let rtx = rtx.clone();
+                handles.push(tokio::task::spawn_local(async move {
+                    let r = j().await;
+                    let _ = rtx.send((i, r));
+                }));
+            }
+            drop(rtx);
+            let mut rep = Reporter::new(json, quiet);
+            let t0 = Instant::now();
+            let mut phases = vec![Phase::Launch; n];
+            let mut shown: Option<(Phase, usize)> = None;
+            let mut results: Vec<Option<HostResult>> = (0..n).map(|_| None).collect();
+            loop {
+                tokio::select! {
+                    Some((r, p)) = prx.recv() => {
+                        phases[r] = p;
+                        // least advanced rank that is still starting
+                        let live: Vec<usize> = (0..n).filter(|i| results[*i].is_none()).collect();
+                        if let Some(&slow) = live.iter().min_by_key(|i| phases[**i]) {
+                            let cur = (phases[slow], slow);
+                            if shown.map(|s| s.0) != Some(cur.0) {
+                                shown = Some(cur);
+                                if rep.mode == crate::report::Mode::Json {
+                                    rep.json(serde_json::json!({"event": "multi_node_phase", "t_ms": t0.elapsed().as_millis() as u64, "phase": cur.0, "slowest_rank": slow, "slowest_host": hosts[slow]}));
+                                } else {
+                                    rep.note(t0.elapsed().as_millis() as u64, &format!("multi-node: {} (least advanced: rank {slow} on {})", cur.0, hosts[slow]));
+                                }
+                            }
+                        }
+                    }
+                    x = rrx.recv() => {
+                        let Some((i, r)) = x else { break };
+                        let bad = !(r.code == exit::READY || r.code == exit::DEGRADED);
+                        results[i] = Some(r);
+                        if bad {
+                            // one failed rank fails the server: stop watching the others
+                            for (k, h) in handles.iter().enumerate() {
+                                if results[k].is_none() {
+                                    h.abort();
+                                }
+                            }
+                            break;
+                        }
+                        if results.iter().all(|r| r.is_some()) {
+                            break;
+                        }
+                    }
+                }
+            }
+            results
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    r.unwrap_or_else(|| HostResult {
+                        host: hosts[i].clone(),
+                        rank: Some(i),
+                        code: exit::STARTING,
+                        report: None,
+                        note: "watch stopped: another rank failed".into(),
+                        conn: None,
+                        name: String::new(),
+                    })
+                })
+                .collect()
+        })
+        .await
+}
+
+/// The per-host table (or JSON), and the exit code: the worst host's (multi-node: the deciding
+/// rank's).
+fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i32 {
+    let code = results.iter().fold(exit::READY, |acc, r| exit::worst(acc, r.code));
+    let verdict_of = |r: &HostResult| -> String {
+        match r.report.as_ref() {
+            Some(rep) if r.code == exit::DEGRADED => format!("{} (degraded)", rep.verdict),
+            Some(rep) => rep.verdict.to_string(),
+            None => match r.code {
+                exit::UNREACHABLE => "unreachable".into(),
+                exit::REFUSED => "refused".into(),
+                exit::INTERRUPTED => "interrupted".into(),
+                exit::STARTING => "stopped".into(),
+                exit::USAGE => "error".into(),
+                _ => "failed".into(),
+            },
+        }
+    };
+    let decider = results.iter().find(|r| r.code == code && code != exit::READY);
+    if json {
+        let hosts: Vec<_> = results
+            .iter()
+            .map(|r| {
+                serde_json::json!({"host": r.host, "rank": r.rank, "verdict": verdict_of(r), "exit": r.code,
+                    "phase": r.report.as_ref().map(|x| x.phase.to_string()), "detail": r.note})
+            })
+            .collect();
+        let mut v = serde_json::json!({"event": if multi { "multi_node_verdict" } else { "fleet" }, "exit": code, "hosts": hosts});
+        if multi {
+            v["verdict"] = decider.map(verdict_of).unwrap_or_else(|| "ready".into()).into();
+            v["phase"] =
+                results.iter().filter_map(|r| r.report.as_ref().map(|x| x.phase)).min().map(|p| p.to_string()).into();
+            if let Some(d) = decider {
+                v["decided_by"] = serde_json::json!({"host": d.host, "rank": d.rank});
+            }
+        }
+        out_line(&v.to_string());
+        return code;
+    }
+    if quiet && !multi {
+        return code;
+    }
+    if multi {
+        let line = match decider {
+            Some(d) => format!(
+                "multi-node server: {} — rank {} on {}: {}",
+                verdict_of(d).to_uppercase(),
+                d.rank.unwrap_or(0),
+                d.host,
+                d.note
+            ),
+            None => format!("multi-node server: READY — all {} ranks ready", results.len()),
+        };
+        out_line(&line);
+        if quiet {
+            return code;
+        }
+    }
+    out_line(&format!("{:<24} {:<5} {:<18} {:<12} DETAIL", "HOST", "RANK", "VERDICT", "PHASE"));
+    for r in results {
+        out_line(&format!(
+            "{:<24} {:<5} {:<18} {:<12} {}",
+            r.host,
+            r.rank.map_or("-".into(), |x| x.to_string()),
+            verdict_of(r),
+            r.report.as_ref().map_or("-".into(), |x| x.phase.to_string()),
+            r.note
+        ));
+    }
+    code
+}
+
+/// `vigil wait --host H NAME`: attach to a remote run of `vigil up --host`.
+pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles) -> Result<i32, CliError> {
+    crate::run::valid_name(&name)?;
+    let w0 = w.clone();
+    let single = hs.list.len() == 1 && !hs.multi_node;
+    let jobs: Vec<_> = hs
+        .list
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let (hs, h, mut w, profiles, name) = (hs.clone(), h.clone(), w0.clone(), profiles.clone(), name.clone());
+            let rank = hs.multi_node.then_some(i);
+            move || async move {
+                let mut res = HostResult {
+                    host: h.clone(),
+                    rank,
+                    code: exit::INTERNAL,
+                    report: None,
+                    note: String::new(),
+                    conn: None,
+                    name: name.clone(),
+                };
+                let ssh = hs.ssh.clone();
+                let dest = h.clone();
+                let conn = match tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh)).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => {
+                        res.code = exit::UNREACHABLE;
+                        res.note = msg(e);
+                        return res;
+                    }
+                    Err(e) => {
+                        res.note = e.to_string();
+                        return res;
+                    }
+                };
+                if !single {
+                    w.tag = Some((h.clone(), rank));
+                }
+                match attach(&conn, &name, &mut w, &profiles, rank.unwrap_or(0) == 0).await {
+                    Ok(()) => match wait::run(w, profiles).await {
+                        Ok(o) => {
+                            res.code = o.code;
+                            res.note = o
+                                .report
+                                .as_ref()
+                                .map(|r| crate::report::summary(r, None, |s, _| s.to_string()))
+                                .unwrap_or_default();
+                            res.report = o.report;
+                        }
+                        Err(e) => {
+                            res.code =
+                                if matches!(e, CliError::Unreachable(_)) { exit::UNREACHABLE } else { exit::INTERNAL };
+                            res.note = msg(e);
+                        }
+                    },
+                    Err(e) => {
+                        res.code = if matches!(e, CliError::Usage(_)) { exit::USAGE } else { exit::UNREACHABLE };
+                        res.note = msg(e);
+                    }
+                }
+                res.conn = Some(conn);
+                res
+            }
+        })
+        .collect();
+    if single {
+        let r = (jobs.into_iter().next().unwrap())().await;
+        return match r.code {
+            exit::UNREACHABLE if r.report.is_none() => Err(CliError::Unreachable(r.note)),
+            exit::USAGE => Err(CliError::usage(r.note)),
+            c => Ok(c),
+        };
+    }
+    let (ptx, prx) = mpsc::unbounded_channel();
+    w.phase_tx = Some(ptx);
+    let results = if hs.multi_node {
+        drive_multi(&hs, jobs, prx, w.json, w.quiet).await
+    } else {
+        drive_fleet(hs.parallel, jobs).await
+    };
+    Ok(summarize(&results, hs.multi_node, w.json, w.quiet))
+}
+
+/// Fills a watch's arguments from a remote run's metadata (server kind, port).
+async fn attach(
+    conn: &Arc<Conn>,
+    name: &str,
+    w: &mut wait::Args,
+    profiles: &Profiles,
+    probe: bool,
+) -> Result<(), CliError> {
+    let mut s = conn.prelude(name);
+    s.extend_from_slice(b"[ -f \"$D/pid\" ] || { echo none; exit 0; }\ncat \"$D/meta\" 2>/dev/null\n");
+    let (_, out, _) = conn.exec(&s, Duration::from_secs(30)).await?;
+    let out = String::from_utf8_lossy(&out).into_owned();
+    if out.trim() == "none" {
+        return Err(CliError::usage(format!("no run named '{name}' on {}", conn.dest)));
+    }
+    let mut port = None;
+    for l in out.lines() {
+        match l.split_once('=') {
+            Some(("port", v)) => port = v.trim().parse::<u16>().ok(),
+            Some(("server", v)) if w.server.is_none() && !v.trim().is_empty() => w.server = Some(v.trim().to_string()),
+            _ => {}
+        }
+    }
+    w.remote = Some(RemoteWatch::new(conn.clone(), name));
+    if let (Some(p), true, None) = (port, probe, &w.url) {
+        let lp = conn.forward(p)?;
+        let path = w
+            .server
+            .as_ref()
+            .and_then(|k| profiles.get(k))
+            .map(|p| p.health_path.clone())
+            .unwrap_or_else(|| "/health".into());
+        w.url = Some(format!("http://127.0.0.1:{lp}{path}"));
+    }
+    Ok(())
+}
+
+/// Runs `f` on every host (at most `parallel` at once), each with its own connection.
+async fn each_host<F, Fut>(hs: &Hosts, f: F) -> Vec<(String, Result<i32, CliError>)>
+where
+    F: Fn(Arc<Conn>) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = Result<i32, CliError>> + 'static,
+{
+    let jobs: Vec<_> = hs
+        .list
+        .iter()
+        .map(|h| {
+            let (h, ssh, f) = (h.clone(), hs.ssh.clone(), f.clone());
+            move || async move {
+                let dest = h.clone();
+                let r = match tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh)).await {
+                    Ok(Ok(c)) => f(c).await,
+                    Ok(Err(e)) => Err(e),
+                    Err(e) => Err(CliError::Internal(e.to_string())),
+                };
+                let (code, note) = match r {
+                    Ok(c) => (c, String::new()),
+                    Err(e) => (
+                        match e {
+                            CliError::Unreachable(_) => exit::UNREACHABLE,
+                            CliError::Usage(_) => exit::USAGE,
+                            CliError::Internal(_) => exit::INTERNAL,
+                        },
+                        msg(e),
+                    ),
+                };
+                HostResult { host: h, rank: None, code, report: None, note, conn: None, name: String::new() }
+            }
+        })
+        .collect();
+    drive_fleet(hs.parallel, jobs)
+        .await
+        .into_iter()
+        .map(|r| {
+            let res = if r.note.is_empty() {
+                Ok(r.code)
+            } else if r.code == exit::UNREACHABLE {
+                Err(CliError::Unreachable(r.note))
+            } else if r.code == exit::USAGE {
+                Err(CliError::Usage(r.note))
+            } else {
+                Err(CliError::Internal(r.note))
+            };
+            (r.host, res)
+        })
+        .collect()
+}
+
+/// One host: its result as is; several: errors printed per host, the worst code.
+fn fold(mut v: Vec<(String, Result<i32, CliError>)>) -> Result<i32, CliError> {
+    if v.len() == 1 {
+        return v.pop().unwrap().1;
+    }
+    let mut code = exit::READY;
+    for (h, r) in v {
+        match r {
+            Ok(c) => code = exit::worst(code, c),
+            Err(e) => {
+                let c = match &e {
+                    CliError::Unreachable(_) => exit::UNREACHABLE,
+                    CliError::Usage(_) => exit::USAGE,
+                    CliError::Internal(_) => exit::INTERNAL,
+                };
+                eprintln!("vigil: {h}: {}", msg(e));
+                code = exit::worst(code, c);
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// `vigil down --host H NAME…|--all`.
+pub async fn down(hs: Hosts, names: Vec<String>, all: bool, grace: Duration, json: bool) -> Result<i32, CliError> {
+    if names.is_empty() && !all {
+        return Err(CliError::usage("down: give a run name or --all"));
+    }
+    for n in &names {
+        crate::run::valid_name(n)?;
+    }
+    let tag = hs.list.len() > 1;
+    let r = each_host(&hs, move |c: Arc<Conn>| {
+        let names = names.clone();
+        async move {
+            let mut rep = Reporter::new(json, false);
+            if tag {
+                rep.tagged(&c.dest, None);
+            }
+            let names = if all { list_runs(&c).await? } else { names };
+            let mut code = exit::READY;
+            for n in names {
+                if !stop(&c, &n, grace, &mut rep).await? {
+                    code = exit::NOT_STOPPED;
+                }
+            }
+            Ok(code)
+        }
+    })
+    .await;
+    fold(r)
+}
+
+async fn list_runs(c: &Arc<Conn>) -> Result<Vec<String>, CliError> {
+    let (_, out, _) = c.exec(&remote::status_script(c), Duration::from_secs(60)).await?;
+    Ok(String::from_utf8_lossy(&out).lines().filter_map(|l| l.split('\t').next().map(String::from)).collect())
+}
+
+#[derive(serde::Serialize)]
+struct RemoteStatusRow {
+    host: String,
+    name: String,
+    server: Option<String>,
+    state: String,
+    phase: String,
+    in_state: Option<String>,
+    pid: i64,
+    keeper_pid: i64,
+    last_log_line_age_s: Option<u64>,
+}
+
+/// `vigil status --host H`: one line per remote run, phase from its log.
+pub async fn status(hs: Hosts, json: bool, profiles: Profiles) -> Result<i32, CliError> {
+    let rows = Arc::new(std::sync::Mutex::new(Vec::<RemoteStatusRow>::new()));
+    let rows2 = rows.clone();
+    let r = each_host(&hs, move |c: Arc<Conn>| {
+        let (rows, profiles) = (rows2.clone(), profiles.clone());
+        async move {
+            let (_, out, _) = c.exec(&remote::status_script(&c), Duration::from_secs(60)).await?;
+            let now = crate::run::now_ms() / 1000;
+            for l in String::from_utf8_lossy(&out).lines() {
+                let f: Vec<&str> = l.split('\t').collect();
+                if f.len() < 8 {
+                    continue;
+                }
+                let (name, alive, x, started) = (f[0], f[3] == "1", f[4], f[5].parse::<u64>().unwrap_or(0));
+                let (_, log, _) = c.exec(&remote::log_script(&c, name, None, false), Duration::from_secs(60)).await?;
+                let report = vigil_core::diagnose_text(&profiles, None, &String::from_utf8_lossy(&log));
+                let state = if alive {
+                    match report.verdict {
+                        Verdict::Starting => "starting".to_string(),
+                        v => v.as_str().to_string(),
+                    }
+                } else {
+                    match remote::exit_info(x.parse().ok()) {
+                        vigil_core::ExitInfo { signal: Some(s), .. } => {
+                            format!("exited ({})", vigil_core::judge::signal_name(s))
+                        }
+                        vigil_core::ExitInfo { code: Some(c), .. } => format!("exited ({c})"),
+                        _ => "not running".into(),
+                    }
+                };
+                rows.lock().unwrap().push(RemoteStatusRow {
+                    host: c.dest.clone(),
+                    name: name.to_string(),
+                    server: report.server.clone(),
+                    state,
+                    phase: report.phase.to_string(),
+                    in_state: (alive && started > 0).then(|| fmt_ms(now.saturating_sub(started) * 1000)),
+                    pid: f[1].parse().unwrap_or(0),
+                    keeper_pid: f[2].parse().unwrap_or(0),
+                    last_log_line_age_s: f[6].parse().ok(),
+                });
+            }
+            Ok(exit::READY)
+        }
+    })
+    .await;
+    let rows = std::mem::take(&mut *rows.lock().unwrap());
+    if r.iter().all(|(_, x)| x.is_err()) {
+        return fold(r);
+    }
+    if json {
+        out_line(&serde_json::to_string(&rows).unwrap_or_default());
+    } else if rows.is_empty() {
+        out_line("no runs");
+    } else {
+        out_line(&format!(
+            "{:<20} {:<16} {:<10} {:<14} {:<12} {:>8} {:>8} {:>9}",
+            "HOST", "NAME", "SERVER", "STATE", "PHASE", "FOR", "PID", "LOG AGE"
+        ));
+        for r in rows {
+            out_line(&format!(
+                "{:<20} {:<16} {:<10} {:<14} {:<12} {:>8} {:>8} {:>9}",
+                r.host,
+                r.name,
+                r.server.unwrap_or_else(|| "-".into()),
+                r.state,
+                r.phase,
+                r.in_state.unwrap_or_else(|| "-".into()),
+                r.pid,
+                r.last_log_line_age_s.map_or("-".into(), |a| format!("{a}s")),
+            ));
+        }
+    }
+    fold(r)
+}
+
+/// `vigil logs --host H NAME [-f] [-n N]`.
+pub async fn logs(hs: Hosts, name: String, follow: bool, lines: usize) -> Result<i32, CliError> {
+    crate::run::valid_name(&name)?;
+    if hs.list.len() != 1 {
+        return Err(CliError::usage("logs: give one --host"));
+    }
+    let c = Conn::open(&hs.list[0], &hs.ssh)?;
+    let mut child =
+        c.spawn(&remote::log_script(&c, &name, Some(lines), follow)).await.map_err(CliError::Unreachable)?;
+    let mut out = child.stdout.take().unwrap();
+    let mut split = crate::lines::Splitter::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    use tokio::io::AsyncReadExt;
+    loop {
+        tokio::select! {
+            _ = crate::next_interrupt() => return Ok(exit::READY),
+            r = out.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) => split.push(&buf[..n], &mut |l| out_line(&crate::run::redact_cmdline(&l))),
+            }
+        }
+    }
+    if let Some(l) = split.finish() {
+        out_line(&crate::run::redact_cmdline(&l));
+    }
+    let st = child.wait().await.map_err(|e| CliError::Internal(e.to_string()))?;
+    match st.code() {
+        Some(0) | None => Ok(exit::READY),
+        Some(3) => Err(CliError::usage(format!("no run named '{name}' on {}", c.dest))),
+        Some(255) => Err(CliError::Unreachable(format!("lost the connection to {}", c.dest))),
+        Some(_) => Ok(exit::READY),
+    }
+}
+
+#[derive(serde::Serialize)]
+struct RemotePsRow {
+    host: String,
+    pid: i32,
+    server: String,
+    age_s: Option<u64>,
+    ports: Vec<u16>,
+    cmd: String,
+}
+
+/// `vigil ps --host H`: inference servers on the host that `vigil up` did not start.
+pub async fn ps(hs: Hosts, json: bool) -> Result<i32, CliError> {
+    let rows = Arc::new(std::sync::Mutex::new(Vec::<RemotePsRow>::new()));
+    let rows2 = rows.clone();
+    let r = each_host(&hs, move |c: Arc<Conn>| {
+        let rows = rows2.clone();
+        async move {
+            let (_, out, _) = c.exec(&remote::ps_script(), Duration::from_secs(60)).await?;
+            let text = String::from_utf8_lossy(&out).into_owned();
+            for row in parse_ps(&text) {
+                rows.lock().unwrap().push(RemotePsRow { host: c.dest.clone(), ..row });
+            }
+            Ok(exit::READY)
+        }
+    })
+    .await;
+    let rows = std::mem::take(&mut *rows.lock().unwrap());
+    if r.iter().all(|(_, x)| x.is_err()) {
+        return fold(r);
+    }
+    if json {
+        out_line(&serde_json::to_string(&rows).unwrap_or_default());
+    } else if rows.is_empty() {
+        out_line("no inference servers found that vigil did not start");
+    } else {
+        out_line(&format!("{:<20} {:>8} {:<10} {:>8} {:<12} CMD", "HOST", "PID", "SERVER", "AGE", "PORTS"));
+        for r in rows {
+            let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
+            out_line(&format!(
+                "{:<20} {:>8} {:<10} {:>8} {:<12} {}",
+                r.host,
+                r.pid,
+                r.server,
+                r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),
+                if ports.is_empty() { "-".into() } else { ports },
+                r.cmd
+            ));
+        }
+    }
+    fold(r)
+}
+
+/// Parses the output of `ps_script`: processes, their socket inodes, then /proc/net/tcp{,6}.
+fn parse_ps(text: &str) -> Vec<RemotePsRow> {
+    let pats: Vec<(String, regex::Regex)> =
+        crate::procs::SERVER_PATTERNS.iter().map(|(k, p)| (k.to_string(), regex::Regex::new(p).unwrap())).collect();
+    let mut procs: Vec<(i32, i32, Option<u64>, String)> = Vec::new();
+    let mut socks: Vec<(i32, String)> = Vec::new();
+    let mut listen: std::collections::HashMap<String, u16> = Default::default();
+    let mut in_tcp = false;
+    for l in text.lines() {
+        if l == "tcp" {
+            in_tcp = true;
+            continue;
+        }
+        if in_tcp {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() > 9 && f[3] == "0A" {
+                if let Some(port) = f[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) {
+                    listen.insert(f[9].to_string(), port);
+                }
+            }
+        } else if let Some(rest) = l.strip_prefix("sock ") {
+            if let Some((p, ino)) = rest.split_once(' ') {
+                if let Ok(p) = p.parse() {
+                    socks.push((p, ino.trim_matches(|c| c == '[' || c == ']').to_string()));
+                }
+            }
+        } else {
+            let f: Vec<&str> = l.splitn(4, '\t').collect();
+            if f.len() == 4 {
+                if let (Ok(pid), Ok(ppid)) = (f[0].parse(), f[1].parse()) {
+                    procs.push((pid, ppid, f[2].parse().ok(), f[3].trim().to_string()));
+                }
+            }
+        }
+    }
+    let pids: std::collections::BTreeSet<i32> = procs.iter().map(|p| p.0).collect();
+    let mut rows = Vec::new();
+    for (pid, ppid, age, cmd) in &procs {
+        if pids.contains(ppid) || cmd.contains("vigil-keeper") {
+            continue;
+        }
+        let Some((kind, _)) = pats.iter().find(|(_, r)| r.is_match(cmd)) else { continue };
+        let mut ports: Vec<u16> =
+            socks.iter().filter(|(p, _)| p == pid).filter_map(|(_, i)| listen.get(i).copied()).collect();
+        ports.sort();
+        ports.dedup();
+        rows.push(RemotePsRow {
+            host: String::new(),
+            pid: *pid,
+            server: kind.clone(),
+            age_s: *age,
+            ports,
+            cmd: crate::run::redact_cmdline(cmd),
+        });
+    }
+    rows
+}
+
+/// `vigil check --host H -- CMD`: the model configs read from the node (through the connection,
+/// into a private local mirror), the config rules as for a local check, then the node itself: the
+/// port, and the GPU count (nvidia-smi) against TP×PP×DP.
+pub async fn check(
+    hs: Hosts,
+    argv: Vec<String>,
+    server: Option<String>,
+    json: bool,
+    profiles: Profiles,
+) -> Result<i32, CliError> {
+    use crate::check::{self, Severity};
+    if hs.list.len() != 1 {
+        return Err(CliError::usage("check: give one --host"));
+    }
+    if argv.is_empty() {
+        return Err(CliError::usage("check: give the server command after --"));
+    }
+    let c = Conn::open(&hs.list[0], &hs.ssh)?;
+    let kind = server.clone().or_else(|| profiles.detect_cmd(&argv).map(String::from));
+    let l = check::parse_launch(&argv, kind.as_deref())?;
+    let mirror = std::env::temp_dir().join(format!("vigil-check-{}-{}", std::process::id(), crate::run::now_ms()));
+    crate::run::mkdir_private(&mirror)?;
+    let mut argv2 = argv.clone();
+    let mut notes: Vec<(Severity, String, String)> = Vec::new();
+    let hf = matches!(kind.as_deref(), Some("sglang") | Some("vllm"));
+    for (i, m) in [l.model.clone(), l.draft.clone()].into_iter().enumerate() {
+        let Some(m) = m else { continue };
+        if !hf {
+            notes.push((
+                Severity::Info,
+                "model".into(),
+                format!("{m}: GGUF files are checked on the node only (run `vigil check` there)"),
+            ));
+            continue;
+        }
+        // a directory on the node, else the node's Hugging Face cache (newest snapshot)
+        let mut s = b"m=".to_vec();
+        s.extend(remote::quote(m.as_bytes()));
+        s.extend_from_slice(
+            b"\nd=$m\nif [ ! -d \"$d\" ]; then h=${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}; d=$(ls -td \"$h/models--$(printf '%s' \"$m\" | sed 's#/#--#g')\"/snapshots/*/ 2>/dev/null | head -n 1); fi\n[ -n \"$d\" ] && [ -f \"$d/config.json\" ] || exit 4\nhead -c 4194304 \"$d/config.json\"\n",
+        );
+        let (code, out, _) = c.exec(&s, Duration::from_secs(30)).await?;
+        if code != 0 {
+            notes.push((
+                Severity::Error,
+                "model".into(),
+                format!("{m}: no config.json on {} (not a model directory, and not in its Hugging Face cache)", c.dest),
+            ));
+            continue;
+        }
+        let dir = mirror.join(format!("m{i}"));
+        crate::run::mkdir_private(&dir)?;
+        std::fs::write(dir.join("config.json"), &out).map_err(|e| CliError::Internal(e.to_string()))?;
+        for a in argv2.iter_mut() {
+            if *a == m {
+                *a = dir.display().to_string();
+            }
+        }
+    }
+    let env: Vec<(String, String)> = Vec::new();
+    let mut rep = check::check(
+        &check::Inputs { argv: &argv2, server: kind.clone(), env: &env, cwd: &mirror, local_machine: false },
+        &profiles,
+    )?;
+    let _ = std::fs::remove_dir_all(&mirror);
+    for f in rep.findings.iter_mut() {
+        f.message = f.message.replace(&mirror.display().to_string(), &format!("{}:", c.dest));
+    }
+    for (sev, rule, m) in notes {
+        rep.add(sev, &rule, m, None);
+    }
+    // the node: its port and its GPUs
+    let port = l.port.or_else(|| kind.as_deref().and_then(|k| profiles.get(k)).map(|p| p.port));
+    let mut s = Vec::new();
+    if let Some(p) = port {
+        s.extend_from_slice(
+            format!("grep -qE ':{p:04X} [0-9A-F:]+ 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null && echo port-taken\n")
+                .as_bytes(),
+        );
+    }
+    s.extend_from_slice(b"command -v nvidia-smi >/dev/null 2>&1 && echo \"gpus $(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)\"\n");
+    let (_, out, _) = c.exec(&s, Duration::from_secs(30)).await?;
+    let out = String::from_utf8_lossy(&out);
+    if out.lines().any(|x| x == "port-taken") {
+        let p = port.unwrap_or(0);
+        rep.add(
+            Severity::Error,
+            "port",
+            format!("port {p} is taken on {}", c.dest),
+            Some(format!("vigil ps --host {}; or choose another --port", c.dest)),
+        );
+    }
+    let need = l.tp * l.pp * l.dp;
+    match out.lines().find_map(|x| x.strip_prefix("gpus ")).and_then(|n| n.trim().parse::<u64>().ok()) {
+        Some(n) if n < need => {
+            rep.add(Severity::Error, "gpus", format!("TP×PP×DP = {need} GPUs needed, {} has {n}", c.dest), None)
+        }
+        Some(n) => rep.add(Severity::Info, "gpus", format!("{} has {n} GPU(s); {need} needed", c.dest), None),
+        None => rep.add(Severity::Info, "gpus", format!("no nvidia-smi on {}: GPU count not checked", c.dest), None),
+    }
+    check::print(&rep, json);
+    Ok(if rep.errors() > 0 { exit::CHECK_FAILED } else { exit::READY })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_are_substituted() {
+        let a: Vec<Vec<u8>> = ["sglang", "--node-rank", "0", "--port", "3000{node_rank}", "--nnodes", "{nnodes}"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        let r = rank_argv(&a, 1, 2);
+        let s: Vec<String> = r.iter().map(|x| lossy(x)).collect();
+        assert_eq!(s, ["sglang", "--node-rank", "1", "--port", "30001", "--nnodes", "2"]);
+        let b = vec![b"x".to_vec(), b"--node-rank=0".to_vec()];
+        assert_eq!(rank_argv(&b, 3, 4)[1], b"--node-rank=3".to_vec());
+    }
+
+    #[test]
+    fn remote_ps_output_is_parsed() {
+        let text = "41\t1\t120\t/opt/llama-server -m m.gguf --port 8080 --api-key sk-secret-1234 \nsock 41 [777]\nsock 41 [778]\n42\t41\t119\t/opt/llama-server child\n50\t1\t5\tvim llama-server.txt\ntcp\n  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1\n";
+        let rows = parse_ps(text);
+        assert_eq!(rows.len(), 1, "the child is shown with its parent; vim is not a server");
+        assert_eq!(rows[0].pid, 41);
+        assert_eq!(rows[0].ports, vec![8080]);
+        assert!(!rows[0].cmd.contains("sk-secret"), "{}", rows[0].cmd);
+    }
+
+    #[test]
+    fn hosts_lists() {
+        let d = tempfile_dir();
+        let f = d.join("hosts");
+        std::fs::write(&f, "# fleet\nn1\n  n2  # second\n\nme@n3\n").unwrap();
+        let h = Hosts::parse(None, Some("a,b".into()), Some(f), false, 4, SshOpts::default()).unwrap().unwrap();
+        assert_eq!(h.list, ["a", "b", "n1", "n2", "me@n3"]);
+        assert!(Hosts::parse(None, None, None, true, 4, SshOpts::default()).is_err());
+        assert!(Hosts::parse(Some("-oX".into()), None, None, false, 4, SshOpts::default()).is_err());
+        assert!(Hosts::parse(None, None, None, false, 4, SshOpts::default()).unwrap().is_none());
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("vigil-hosts-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

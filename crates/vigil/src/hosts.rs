@@ -149,10 +149,6 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
             hs.list.len()
         )));
     }
-    if !a.no_check {
-        let mut rep = Reporter::new(a.json, a.quiet);
-        rep.note(0, "preflight check (vigil check) is not run for remote hosts: files live on the nodes; run `vigil check` there, or pass --no-check");
-    }
     let a = Arc::new(a);
     let profiles = Arc::new(profiles);
     let single = hs.list.len() == 1 && !multi;
@@ -406,6 +402,20 @@ async fn launch(
         .filter(|_| !a.no_probe);
     if a.replace {
         let _ = stop(conn, name, a.grace, rep).await?;
+    }
+    if !a.no_check {
+        let r = check_report(conn, &argv_s, kind.clone(), &env, profiles).await?;
+        if r.errors() > 0 {
+            crate::check::print(&r, a.json);
+            return Ok(Err((
+                exit::CHECK_FAILED,
+                format!(
+                    "preflight check found {} error(s) on {}; not launching (--no-check to skip)",
+                    r.errors(),
+                    conn.dest
+                ),
+            )));
+        }
     }
     let script = remote::launch_script(conn, name, argv, &env, &shown, port, kind.as_deref());
     let (code, out, err) = conn.exec(&script, Duration::from_secs(30)).await?;
@@ -1181,7 +1191,7 @@ pub async fn check(
     json: bool,
     profiles: Profiles,
 ) -> Result<i32, CliError> {
-    use crate::check::{self, Severity};
+    use crate::check;
     if hs.list.len() != 1 {
         return Err(CliError::usage("check: give one --host"));
     }
@@ -1190,10 +1200,27 @@ pub async fn check(
     }
     let c = Conn::open(&hs.list[0], &hs.ssh)?;
     let kind = server.clone().or_else(|| profiles.detect_cmd(&argv).map(String::from));
+    let rep = check_report(&c, &argv, kind, &[], &profiles).await?;
+    check::print(&rep, json);
+    Ok(if rep.errors() > 0 { exit::CHECK_FAILED } else { exit::READY })
+}
+
+/// The preflight check of a command for a node: its model configs (fetched through the connection
+/// into a private local mirror) under the same rules as a local check, then the node's port and
+/// GPU count.
+async fn check_report(
+    c: &Arc<Conn>,
+    argv: &[String],
+    kind: Option<String>,
+    env: &[(String, String)],
+    profiles: &Profiles,
+) -> Result<crate::check::Report, CliError> {
+    use crate::check::{self, Severity};
     let l = check::parse_launch(&argv, kind.as_deref())?;
     let mirror = std::env::temp_dir().join(format!("vigil-check-{}-{}", std::process::id(), crate::run::now_ms()));
     crate::run::mkdir_private(&mirror)?;
-    let mut argv2 = argv.clone();
+    let mut argv2 = argv.to_vec();
+    let mut back: Vec<(String, String)> = Vec::new(); // mirror dir -> HOST:remote dir
     let mut notes: Vec<(Severity, String, String)> = Vec::new();
     let hf = matches!(kind.as_deref(), Some("sglang") | Some("vllm"));
     for (i, m) in [l.model.clone(), l.draft.clone()].into_iter().enumerate() {
@@ -1210,7 +1237,7 @@ pub async fn check(
         let mut s = b"m=".to_vec();
         s.extend(remote::quote(m.as_bytes()));
         s.extend_from_slice(
-            b"\nd=$m\nif [ ! -d \"$d\" ]; then h=${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}; d=$(ls -td \"$h/models--$(printf '%s' \"$m\" | sed 's#/#--#g')\"/snapshots/*/ 2>/dev/null | head -n 1); fi\n[ -n \"$d\" ] && [ -f \"$d/config.json\" ] || exit 4\nhead -c 4194304 \"$d/config.json\"\n",
+            b"\nd=$m\nif [ ! -d \"$d\" ]; then h=${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}; d=$(ls -td \"$h/models--$(printf '%s' \"$m\" | sed 's#/#--#g')\"/snapshots/*/ 2>/dev/null | head -n 1); fi\n[ -n \"$d\" ] && [ -f \"$d/config.json\" ] || exit 4\nd=${d%/}\nprintf '%s\\n' \"$d\"\nhead -c 4194304 \"$d/config.json\"\n",
         );
         let (code, out, _) = c.exec(&s, Duration::from_secs(30)).await?;
         if code != 0 {
@@ -1221,23 +1248,28 @@ pub async fn check(
             ));
             continue;
         }
+        let nl = out.iter().position(|b| *b == b'\n').unwrap_or(out.len());
+        let remote_dir = String::from_utf8_lossy(&out[..nl]).into_owned();
         let dir = mirror.join(format!("m{i}"));
         crate::run::mkdir_private(&dir)?;
-        std::fs::write(dir.join("config.json"), &out).map_err(|e| CliError::Internal(e.to_string()))?;
+        std::fs::write(dir.join("config.json"), out.get(nl + 1..).unwrap_or_default())
+            .map_err(|e| CliError::Internal(e.to_string()))?;
         for a in argv2.iter_mut() {
             if *a == m {
                 *a = dir.display().to_string();
             }
         }
+        back.push((dir.display().to_string(), format!("{}:{remote_dir}", c.dest)));
     }
-    let env: Vec<(String, String)> = Vec::new();
     let mut rep = check::check(
         &check::Inputs { argv: &argv2, server: kind.clone(), env: &env, cwd: &mirror, local_machine: false },
-        &profiles,
+        profiles,
     )?;
     let _ = std::fs::remove_dir_all(&mirror);
     for f in rep.findings.iter_mut() {
-        f.message = f.message.replace(&mirror.display().to_string(), &format!("{}:", c.dest));
+        for (local, remote) in &back {
+            f.message = f.message.replace(local.as_str(), remote);
+        }
     }
     for (sev, rule, m) in notes {
         rep.add(sev, &rule, m, None);
@@ -1271,8 +1303,7 @@ pub async fn check(
         Some(n) => rep.add(Severity::Info, "gpus", format!("{} has {n} GPU(s); {need} needed", c.dest), None),
         None => rep.add(Severity::Info, "gpus", format!("no nvidia-smi on {}: GPU count not checked", c.dest), None),
     }
-    check::print(&rep, json);
-    Ok(if rep.errors() > 0 { exit::CHECK_FAILED } else { exit::READY })
+    Ok(rep)
 }
 
 #[cfg(test)]

@@ -239,6 +239,21 @@ fn e2e_remote_up_ready_down_over_one_connection() {
     let o = run_bounded(c, T);
     assert!(text(&o).contains("listening on http"), "{}", text(&o));
 
+    // ps on the node: a llama-server vigil did not start is listed with its port; ours is not
+    let port2 = free_port();
+    let foreign = start_server(&e, &e.models.join("tiny.gguf"), port2, &d.path("foreign.log"), &[]);
+    assert!(wait_for_text(&d.path("foreign.log"), "listening on", T), "foreign server up");
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "ps", "--json"]);
+    let o = run_bounded(c, T);
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    let rows = rows.as_array().unwrap();
+    let f = rows.iter().find(|r| r["pid"] == foreign.pid()).unwrap_or_else(|| panic!("{rows:?}"));
+    assert_eq!(f["server"], "llama-cpp");
+    assert_eq!(f["ports"][0], port2);
+    assert!(!rows.iter().any(|r| r["pid"] == pid), "vigil's own run is not listed: {rows:?}");
+    drop(foreign);
+
     let before = h.accepted();
     let mut c = rvigil(&d, &cfg);
     c.args(["--host", "node-a", "down", "r1"]);
@@ -528,4 +543,49 @@ fn e2e_remote_argv_bytes_reach_the_server_unchanged() {
     let mut c = rvigil(&d, &cfg);
     c.args(["--host", "node-a", "down", "argv"]);
     assert_eq!(run_bounded(c, T).status.code(), Some(0));
+}
+
+/// `check --host`: the model configs are read on the node (a real public pair: Llama-3.1-8B-Instruct
+/// and its EAGLE-3 draft, whose 2048-token window is below the target's 131072); the finding names
+/// the node's paths. `up --host` runs the same check and launches nothing.
+#[test]
+fn remote_check_reads_the_node_configs() {
+    if !have_sshd() {
+        return;
+    }
+    let d = TempDir::new("rcheck");
+    let h = Sshd::start(&d, "a");
+    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let configs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/configs");
+    let (t, dr) = (d.path("Llama-3.1-8B-Instruct"), d.path("EAGLE3-LLaMA3.1-Instruct-8B"));
+    for (dir, f) in [(&t, "llama-3.1-8b-instruct.json"), (&dr, "eagle3-llama3.1-instruct-8b.json")] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::copy(configs.join(f), dir.join("config.json")).unwrap();
+    }
+    let port = free_port().to_string();
+    let cmd = |c: &mut Command| {
+        c.args(["--", "python3", "-m", "sglang.launch_server", "--model-path"]).arg(&t);
+        c.args(["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path"]).arg(&dr);
+        c.args(["--port", &port]);
+    };
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "check", "--json"]);
+    cmd(&mut c);
+    let o = run_bounded(c, T);
+    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let errs: Vec<&serde_json::Value> =
+        v["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "error").collect();
+    assert_eq!(errs.len(), 1, "{v}");
+    let m = errs[0]["message"].as_str().unwrap();
+    assert!(m.contains("2048") && m.contains("131072"), "{m}");
+    assert!(m.contains(&format!("node-a:{}", dr.display())), "names the node's path: {m}");
+    // up runs it first: exit 10, nothing launched
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "up", "--name", "never"]);
+    cmd(&mut c);
+    let o = run_bounded(c, T);
+    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+    assert!(text(&o).contains("not launching"), "{}", text(&o));
+    assert!(!h.dir.join("state/vigil/remote/never").exists(), "nothing launched");
 }

@@ -1216,7 +1216,7 @@ async fn check_report(
     profiles: &Profiles,
 ) -> Result<crate::check::Report, CliError> {
     use crate::check::{self, Severity};
-    let l = check::parse_launch(&argv, kind.as_deref())?;
+    let l = check::parse_launch(argv, kind.as_deref())?;
     let mirror = std::env::temp_dir().join(format!("vigil-check-{}-{}", std::process::id(), crate::run::now_ms()));
     crate::run::mkdir_private(&mirror)?;
     let mut argv2 = argv.to_vec();
@@ -1262,7 +1262,7 @@ async fn check_report(
         back.push((dir.display().to_string(), format!("{}:{remote_dir}", c.dest)));
     }
     let mut rep = check::check(
-        &check::Inputs { argv: &argv2, server: kind.clone(), env: &env, cwd: &mirror, local_machine: false },
+        &check::Inputs { argv: &argv2, server: kind.clone(), env, cwd: &mirror, local_machine: false },
         profiles,
     )?;
     let _ = std::fs::remove_dir_all(&mirror);

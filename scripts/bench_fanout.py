@@ -67,13 +67,14 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "vigil"], cwd=ROOT, check=True)
     print(f"## Fan-out over SSH ({a.runs} runs each; real sshd per host on loopback; tiny llama-server per host)\n")
     print("| hosts | --parallel | up → all ready, median ms | status median ms | down median ms | "
-          "SSH connections per command |")
-    print("|---|---|---|---|---|---|")
+          "SSH connections per command | field loop: one poll of every host (ssh + curl /health), median ms "
+          "/ connections |")
+    print("|---|---|---|---|---|---|---|")
     for n, par in [(1, 1), (10, 10), (10, 1)]:
         tmp = tempfile.mkdtemp(prefix="vf-", dir="/tmp")
         procs = start_hosts(tmp, n)
         hosts = ",".join(f"h{i}" for i in range(n))
-        ups, sts, dns, conns = [], [], [], set()
+        ups, sts, dns, conns, polls, pconns = [], [], [], set(), [], set()
         try:
             for _ in range(a.runs):
                 c0 = accepted(tmp, n)
@@ -85,6 +86,14 @@ def main():
                 ms, r = timed(tmp, ["--hosts", hosts, "--parallel", str(par), "status"])
                 assert r.returncode == 0 and r.stdout.count(" ready ") == n, r.stdout + r.stderr
                 sts.append(ms)
+                # the field practice: one ssh per host per poll, curl /health there
+                c0 = accepted(tmp, n); t = time.monotonic()
+                for i in range(n):
+                    r = subprocess.run(["ssh", "-F", f"{tmp}/ssh_config", "-o", "BatchMode=yes", f"h{i}",
+                                        'curl -s -o /dev/null -w %{http_code} http://127.0.0.1:$LLAMA_PORT/health'],
+                                       capture_output=True, text=True, timeout=60)
+                    assert r.stdout == "200", r.stdout + r.stderr
+                polls.append((time.monotonic() - t) * 1000); pconns.add(accepted(tmp, n) - c0)
                 ms, r = timed(tmp, ["--hosts", hosts, "--parallel", str(par), "down", "b"])
                 assert r.returncode == 0, r.stdout + r.stderr
                 dns.append(ms)
@@ -93,7 +102,8 @@ def main():
                 p.kill()
             shutil.rmtree(tmp, ignore_errors=True)
         print(f"| {n} | {par} | {statistics.median(ups):.0f} | {statistics.median(sts):.0f} | "
-              f"{statistics.median(dns):.0f} | {'/'.join(str(c) for c in sorted(conns))} (= hosts) |", flush=True)
+              f"{statistics.median(dns):.0f} | {'/'.join(str(c) for c in sorted(conns))} (= hosts) | "
+              f"{statistics.median(polls):.0f} / {'/'.join(str(c) for c in sorted(pconns))} per poll |", flush=True)
 
 
 if __name__ == "__main__":

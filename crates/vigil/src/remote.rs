@@ -711,6 +711,96 @@ pub async fn wait_exit(w: RemoteWatch, tx: UnboundedSender<(ExitInfo, Option<u64
     }
 }
 
+/// GPU readings of the run's process group on the node, every `every`, from `nvidia-smi` (when the
+/// node has it): `@members PIDS`, `@gpus` + the per-GPU CSV, `@apps` + the per-process CSV, `@seen PIDS`
+/// (the app pids this node's /proc shows: others belong to another pid namespace), `@end`.
+pub fn gpu_script(conn: &Conn, name: &str, every: Duration) -> Vec<u8> {
+    let mut s = conn.prelude(name);
+    s.extend_from_slice(MEMBERS);
+    s.extend_from_slice(
+        format!(
+            "command -v nvidia-smi >/dev/null 2>&1 || {{ echo @nosmi; exit 0; }}
+[ -f \"$D/pid\" ] || exit 0
+read sp kp < \"$D/pid\"
+while :; do
+  echo \"@members $(members | tr '\\n' ' ')\"
+  echo @gpus
+  nvidia-smi --query-gpu=index,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits 2>/dev/null
+  a=$(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits 2>/dev/null)
+  echo @apps
+  [ -n \"$a\" ] && printf '%s\\n' \"$a\"
+  seen=''
+  for p in $(printf '%s\\n' \"$a\" | cut -d, -f1); do [ -d /proc/$p ] && seen=\"$seen $p\"; done
+  echo \"@seen$seen\"
+  echo @end
+  sleep {:.3}
+done
+",
+            every.as_secs_f64().max(0.1)
+        )
+        .as_bytes(),
+    );
+    s
+}
+
+/// Parses one `@members … @end` block of [`gpu_script`] into what the run's processes hold.
+pub fn parse_gpu_block(block: &str) -> Option<crate::gpu::Held> {
+    let (mut members, mut seen) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    let (mut gpus, mut apps) = (String::new(), String::new());
+    let mut section = "";
+    for l in block.lines() {
+        if let Some(m) = l.strip_prefix("@members") {
+            members = m.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).collect();
+        } else if let Some(m) = l.strip_prefix("@seen") {
+            seen = m.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).collect();
+        } else if l == "@gpus" || l == "@apps" {
+            section = l;
+        } else if section == "@gpus" {
+            gpus.push_str(l);
+            gpus.push('\n');
+        } else if section == "@apps" {
+            apps.push_str(l);
+            apps.push('\n');
+        }
+    }
+    let snap = crate::gpu::parse_smi(&gpus, &apps).ok()?;
+    Some(crate::gpu::held_by(&snap, &members, &|p| seen.contains(&p)))
+}
+
+/// Streams GPU readings of a remote run as `Held` samples; quiet when the node has no nvidia-smi.
+/// Survives reconnects (the log follower reports them).
+pub async fn gpu_stream(w: RemoteWatch, every: Duration, tx: UnboundedSender<crate::gpu::Held>) {
+    use tokio::io::AsyncBufReadExt;
+    loop {
+        let generation = w.conn.generation();
+        if let Ok(mut child) = w.conn.spawn(&gpu_script(&w.conn, &w.name, every)).await {
+            let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+            let mut block = String::new();
+            while let Ok(Some(l)) = lines.next_line().await {
+                if l == "@nosmi" {
+                    return;
+                }
+                if l == "@end" {
+                    if let Some(h) = parse_gpu_block(&block) {
+                        if tx.send(h).is_err() {
+                            return;
+                        }
+                    }
+                    block.clear();
+                } else {
+                    block.push_str(&l);
+                    block.push('\n');
+                }
+            }
+            let _ = child.kill().await;
+        }
+        if tx.is_closed() || w.conn.recover(generation).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A shell exit status: above 128 is death by signal (status − 128).
 pub fn exit_info(status: Option<i32>) -> ExitInfo {
     match status {
@@ -766,6 +856,29 @@ mod tests {
         for d in ["node1", "me@node1", "ssh://me@node1:2222"] {
             assert!(valid_dest(d).is_ok());
         }
+    }
+
+    /// A block as the node prints it, with the readings captured on the H200 (tests/gpu-captures):
+    /// the zombie (pid 474) holds 22022 MiB on GPU 0.
+    #[test]
+    fn gpu_blocks_from_the_h200_capture() {
+        let caps = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/gpu-captures/smi-captures.txt"))
+            .unwrap();
+        let sec = caps.split("## zombie-held").nth(1).unwrap().split("\n## ").next().unwrap();
+        let data: Vec<&str> = sec.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).skip(0).collect();
+        let (gpu_line, app_line) = (data[1], data[2]);
+        let block = format!("@members 470 474\n@gpus\n{gpu_line}\n@apps\n{app_line}\n@seen 474\n");
+        let h = parse_gpu_block(&block).unwrap();
+        assert_eq!(h.total_mib, 22022);
+        assert_eq!(h.per_gpu.get(&0), Some(&22022));
+        assert!(!h.host_pids);
+        // another run's process on the same GPU is not ours
+        let other = format!("@members 9\n@gpus\n{gpu_line}\n@apps\n{app_line}\n@seen 474\n");
+        assert_eq!(parse_gpu_block(&other).unwrap().total_mib, 0);
+        // pids the node's /proc does not show: another pid namespace, per-GPU totals instead
+        let ns = format!("@members 470\n@gpus\n{gpu_line}\n@apps\n{app_line}\n@seen\n");
+        let h = parse_gpu_block(&ns).unwrap();
+        assert!(h.host_pids && h.total_mib == 22031, "{h:?}");
     }
 
     #[test]

@@ -285,6 +285,9 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
 
     // GPU samples of the server's process tree, as facts for the judge.
     let (gpu_tx, mut gpu_rx) = mpsc::unbounded_channel::<crate::gpu::Held>();
+    if let Some(w) = &a.remote {
+        tokio::spawn(crate::remote::gpu_stream(w.clone(), a.gpu_interval, gpu_tx.clone()));
+    }
     if let Some(pid) = a.pid {
         match crate::gpu::Reader::open() {
             Ok(reader) => {

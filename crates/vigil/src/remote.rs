@@ -865,7 +865,7 @@ mod tests {
         let caps = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/gpu-captures/smi-captures.txt"))
             .unwrap();
         let sec = caps.split("## zombie-held").nth(1).unwrap().split("\n## ").next().unwrap();
-        let data: Vec<&str> = sec.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).skip(0).collect();
+        let data: Vec<&str> = sec.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
         let (gpu_line, app_line) = (data[1], data[2]);
         let block = format!("@members 470 474\n@gpus\n{gpu_line}\n@apps\n{app_line}\n@seen 474\n");
         let h = parse_gpu_block(&block).unwrap();

@@ -73,6 +73,56 @@ impl Hosts {
     }
 }
 
+/// Connects to a host off the async thread (the master's start blocks up to the connect timeout).
+async fn open(ssh: &SshOpts, host: &str) -> Result<Arc<Conn>, CliError> {
+    let (ssh, dest) = (ssh.clone(), host.to_string());
+    tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh))
+        .await
+        .unwrap_or_else(|e| Err(CliError::Internal(e.to_string())))
+}
+
+impl HostResult {
+    fn new(host: &str, rank: Option<usize>, name: &str) -> HostResult {
+        HostResult {
+            host: host.to_string(),
+            rank,
+            code: exit::INTERNAL,
+            report: None,
+            note: String::new(),
+            conn: None,
+            name: name.to_string(),
+        }
+    }
+
+    /// A watch's end: its exit code and verdict summary, or the error's code and message.
+    fn set_outcome(&mut self, r: Result<wait::Outcome, CliError>) {
+        match r {
+            Ok(o) => {
+                self.code = o.code;
+                self.note = o
+                    .report
+                    .as_ref()
+                    .map(|r| crate::report::summary(r, None, |s, _| s.to_string()))
+                    .unwrap_or_default();
+                self.report = o.report;
+            }
+            Err(e) => {
+                self.code = code_of(&e);
+                self.note = msg(e);
+            }
+        }
+    }
+}
+
+/// The exit code an error ends a host's work with.
+fn code_of(e: &CliError) -> i32 {
+    match e {
+        CliError::Unreachable(_) => exit::UNREACHABLE,
+        CliError::Usage(_) => exit::USAGE,
+        CliError::Internal(_) => exit::INTERNAL,
+    }
+}
+
 type Registry = Arc<std::sync::Mutex<Vec<Option<(Arc<Conn>, String)>>>>;
 
 /// What one host ended with.
@@ -276,15 +326,7 @@ async fn up_one(
     let argv_s: Vec<String> = argv.iter().map(|x| lossy(x)).collect();
     let kind = a.server.clone().or_else(|| profiles.detect_cmd(&argv_s).map(String::from));
     let name = run_name(&a, &kind, &argv);
-    let mut res = HostResult {
-        host: host.to_string(),
-        rank,
-        code: exit::INTERNAL,
-        report: None,
-        note: String::new(),
-        conn: None,
-        name: name.clone(),
-    };
+    let mut res = HostResult::new(host, rank, &name);
     if let Err(e) = crate::run::valid_name(&name) {
         res.code = exit::USAGE;
         res.note = msg(e);
@@ -294,20 +336,13 @@ async fn up_one(
     if tagged {
         rep.tagged(host, rank);
     }
-    let ssh = hs.ssh.clone();
-    let dest = host.to_string();
-    let conn = match tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh)).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            res.code = if matches!(e, CliError::Usage(_)) { exit::USAGE } else { exit::UNREACHABLE };
-            res.note = msg(e);
+    let conn = match open(&hs.ssh, host).await {
+        Ok(c) => c,
+        Err(e) => {
+            res.set_outcome(Err(e));
             if tagged {
                 rep.note(0, &res.note);
             }
-            return res;
-        }
-        Err(e) => {
-            res.note = e.to_string();
             return res;
         }
     };
@@ -321,25 +356,9 @@ async fn up_one(
                 w.tag = Some((host.to_string(), rank));
             }
             w.phase_tx = phase_tx;
-            match wait::run(w, (*profiles).clone()).await {
-                Ok(o) => {
-                    res.code = o.code;
-                    res.note = o
-                        .report
-                        .as_ref()
-                        .map(|r| crate::report::summary(r, None, |s, _| s.to_string()))
-                        .unwrap_or_default();
-                    res.report = o.report;
-                }
-                Err(e) => {
-                    res.code = match &e {
-                        CliError::Unreachable(_) => exit::UNREACHABLE,
-                        CliError::Usage(_) => exit::USAGE,
-                        CliError::Internal(_) => exit::INTERNAL,
-                    };
-                    res.note = msg(e);
-                    rep.note(0, &res.note);
-                }
+            res.set_outcome(wait::run(w, (*profiles).clone()).await);
+            if res.report.is_none() {
+                rep.note(0, &res.note);
             }
         }
         Ok(Err((code, why))) => {
@@ -730,26 +749,11 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
             let (hs, h, mut w, profiles, name) = (hs.clone(), h.clone(), w0.clone(), profiles.clone(), name.clone());
             let rank = hs.multi_node.then_some(i);
             move || async move {
-                let mut res = HostResult {
-                    host: h.clone(),
-                    rank,
-                    code: exit::INTERNAL,
-                    report: None,
-                    note: String::new(),
-                    conn: None,
-                    name: name.clone(),
-                };
-                let ssh = hs.ssh.clone();
-                let dest = h.clone();
-                let conn = match tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh)).await {
-                    Ok(Ok(c)) => c,
-                    Ok(Err(e)) => {
-                        res.code = exit::UNREACHABLE;
-                        res.note = msg(e);
-                        return res;
-                    }
+                let mut res = HostResult::new(&h, rank, &name);
+                let conn = match open(&hs.ssh, &h).await {
+                    Ok(c) => c,
                     Err(e) => {
-                        res.note = e.to_string();
+                        res.set_outcome(Err(e));
                         return res;
                     }
                 };
@@ -757,22 +761,7 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
                     w.tag = Some((h.clone(), rank));
                 }
                 match attach(&conn, &name, &mut w, &profiles, rank.unwrap_or(0) == 0).await {
-                    Ok(()) => match wait::run(w, profiles).await {
-                        Ok(o) => {
-                            res.code = o.code;
-                            res.note = o
-                                .report
-                                .as_ref()
-                                .map(|r| crate::report::summary(r, None, |s, _| s.to_string()))
-                                .unwrap_or_default();
-                            res.report = o.report;
-                        }
-                        Err(e) => {
-                            res.code =
-                                if matches!(e, CliError::Unreachable(_)) { exit::UNREACHABLE } else { exit::INTERNAL };
-                            res.note = msg(e);
-                        }
-                    },
+                    Ok(()) => res.set_outcome(wait::run(w, profiles).await),
                     Err(e) => {
                         res.code = if matches!(e, CliError::Usage(_)) { exit::USAGE } else { exit::UNREACHABLE };
                         res.note = msg(e);
@@ -850,22 +839,13 @@ where
         .map(|h| {
             let (h, ssh, f) = (h.clone(), hs.ssh.clone(), f.clone());
             move || async move {
-                let dest = h.clone();
-                let r = match tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh)).await {
-                    Ok(Ok(c)) => f(c).await,
-                    Ok(Err(e)) => Err(e),
-                    Err(e) => Err(CliError::Internal(e.to_string())),
+                let r = match open(&ssh, &h).await {
+                    Ok(c) => f(c).await,
+                    Err(e) => Err(e),
                 };
                 let (code, note) = match r {
                     Ok(c) => (c, String::new()),
-                    Err(e) => (
-                        match e {
-                            CliError::Unreachable(_) => exit::UNREACHABLE,
-                            CliError::Usage(_) => exit::USAGE,
-                            CliError::Internal(_) => exit::INTERNAL,
-                        },
-                        msg(e),
-                    ),
+                    Err(e) => (code_of(&e), msg(e)),
                 };
                 HostResult { host: h, rank: None, code, report: None, note, conn: None, name: String::new() }
             }
@@ -899,11 +879,7 @@ fn fold(mut v: Vec<(String, Result<i32, CliError>)>) -> Result<i32, CliError> {
         match r {
             Ok(c) => code = exit::worst(code, c),
             Err(e) => {
-                let c = match &e {
-                    CliError::Unreachable(_) => exit::UNREACHABLE,
-                    CliError::Usage(_) => exit::USAGE,
-                    CliError::Internal(_) => exit::INTERNAL,
-                };
+                let c = code_of(&e);
                 eprintln!("vigil: {h}: {}", msg(e));
                 code = exit::worst(code, c);
             }
@@ -1008,30 +984,46 @@ pub async fn status(hs: Hosts, json: bool, profiles: Profiles) -> Result<i32, Cl
     })
     .await;
     let rows = std::mem::take(&mut *rows.lock().unwrap());
+    let header = format!(
+        "{:<20} {:<16} {:<10} {:<14} {:<12} {:>8} {:>8} {:>9}",
+        "HOST", "NAME", "SERVER", "STATE", "PHASE", "FOR", "PID", "LOG AGE"
+    );
+    emit(r, rows, json, "no runs", header, |r| {
+        format!(
+            "{:<20} {:<16} {:<10} {:<14} {:<12} {:>8} {:>8} {:>9}",
+            r.host,
+            r.name,
+            r.server.clone().unwrap_or_else(|| "-".into()),
+            r.state,
+            r.phase,
+            r.in_state.clone().unwrap_or_else(|| "-".into()),
+            r.pid,
+            r.last_log_line_age_s.map_or("-".into(), |a| format!("{a}s")),
+        )
+    })
+}
+
+/// Rows gathered from every host: JSON, a line when there are none, or a table; the exit code is the
+/// worst host's (when every host failed, only their errors).
+fn emit<T: serde::Serialize>(
+    r: Vec<(String, Result<i32, CliError>)>,
+    rows: Vec<T>,
+    json: bool,
+    empty: &str,
+    header: String,
+    line: impl Fn(&T) -> String,
+) -> Result<i32, CliError> {
     if r.iter().all(|(_, x)| x.is_err()) {
         return fold(r);
     }
     if json {
         out_line(&serde_json::to_string(&rows).unwrap_or_default());
     } else if rows.is_empty() {
-        out_line("no runs");
+        out_line(empty);
     } else {
-        out_line(&format!(
-            "{:<20} {:<16} {:<10} {:<14} {:<12} {:>8} {:>8} {:>9}",
-            "HOST", "NAME", "SERVER", "STATE", "PHASE", "FOR", "PID", "LOG AGE"
-        ));
-        for r in rows {
-            out_line(&format!(
-                "{:<20} {:<16} {:<10} {:<14} {:<12} {:>8} {:>8} {:>9}",
-                r.host,
-                r.name,
-                r.server.unwrap_or_else(|| "-".into()),
-                r.state,
-                r.phase,
-                r.in_state.unwrap_or_else(|| "-".into()),
-                r.pid,
-                r.last_log_line_age_s.map_or("-".into(), |a| format!("{a}s")),
-            ));
+        out_line(&header);
+        for row in &rows {
+            out_line(&line(row));
         }
     }
     fold(r)
@@ -1098,29 +1090,19 @@ pub async fn ps(hs: Hosts, json: bool) -> Result<i32, CliError> {
     })
     .await;
     let rows = std::mem::take(&mut *rows.lock().unwrap());
-    if r.iter().all(|(_, x)| x.is_err()) {
-        return fold(r);
-    }
-    if json {
-        out_line(&serde_json::to_string(&rows).unwrap_or_default());
-    } else if rows.is_empty() {
-        out_line("no inference servers found that vigil did not start");
-    } else {
-        out_line(&format!("{:<20} {:>8} {:<10} {:>8} {:<12} CMD", "HOST", "PID", "SERVER", "AGE", "PORTS"));
-        for r in rows {
-            let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
-            out_line(&format!(
-                "{:<20} {:>8} {:<10} {:>8} {:<12} {}",
-                r.host,
-                r.pid,
-                r.server,
-                r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),
-                if ports.is_empty() { "-".into() } else { ports },
-                r.cmd
-            ));
-        }
-    }
-    fold(r)
+    let header = format!("{:<20} {:>8} {:<10} {:>8} {:<12} CMD", "HOST", "PID", "SERVER", "AGE", "PORTS");
+    emit(r, rows, json, "no inference servers found that vigil did not start", header, |r| {
+        let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
+        format!(
+            "{:<20} {:>8} {:<10} {:>8} {:<12} {}",
+            r.host,
+            r.pid,
+            r.server,
+            r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),
+            if ports.is_empty() { "-".into() } else { ports },
+            r.cmd
+        )
+    })
 }
 
 /// Parses the output of `ps_script`: processes, their socket inodes, then /proc/net/tcp{,6}.

@@ -149,45 +149,8 @@ enum Cmd {
         /// A run started with `vigil up` (reads its log, pid and URL from the run directory).
         #[arg(value_name = "NAME")]
         name: Option<String>,
-        /// Health URL to probe (http://HOST:PORT/PATH).
-        #[arg(long)]
-        url: Option<String>,
-        /// Log file to follow (may not exist yet; survives truncation and rotation), or - for stdin.
-        #[arg(long, value_name = "FILE")]
-        log: Option<String>,
-        /// Command whose output is the log (e.g. 'kubectl logs -f POD').
-        #[arg(long, value_name = "CMD")]
-        log_cmd: Option<String>,
-        /// Process to watch (its exit is a crash before ready).
-        #[arg(long)]
-        pid: Option<i32>,
-        /// Server kind (default: detected from the log).
-        #[arg(long, value_name = "KIND")]
-        server: Option<String>,
-        /// Overall deadline.
-        #[arg(long, default_value = "2h", value_parser = parse_duration)]
-        timeout: std::time::Duration,
-        /// Probe interval once the port may be open.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
-        interval: std::time::Duration,
-        /// Probe timeout (default from the profile: SGLang 25s, others 5-10s).
-        #[arg(long, value_parser = parse_duration)]
-        probe_timeout: Option<std::time::Duration>,
-        /// Environment variable holding the API key (sent as a bearer token, never printed).
-        #[arg(long, value_name = "VAR")]
-        api_key_env: Option<String>,
-        /// Stall limit: DUR for every phase, or PHASE=DUR (repeatable).
-        #[arg(long, value_name = "[PHASE=]DUR")]
-        stall: Vec<String>,
-        #[arg(long)]
-        json: bool,
-        #[arg(long, short)]
-        quiet: bool,
-        /// Print each log line as it is read.
-        #[arg(long)]
-        echo: bool,
         #[command(flatten)]
-        proof: ProofFlags,
+        f: WaitFlags,
     },
     /// Watch a run after ready: health and generation probes, the log, the process (= wait NAME --watch).
     Watch {
@@ -280,6 +243,75 @@ enum Cmd {
     },
     #[command(name = "__keeper", hide = true)]
     Keeper { dir: PathBuf },
+}
+
+#[derive(clap::Args)]
+struct WaitFlags {
+    /// Health URL to probe (http://HOST:PORT/PATH).
+    #[arg(long)]
+    url: Option<String>,
+    /// Log file to follow (may not exist yet; survives truncation and rotation), or - for stdin.
+    #[arg(long, value_name = "FILE")]
+    log: Option<String>,
+    /// Command whose output is the log (e.g. 'kubectl logs -f POD').
+    #[arg(long, value_name = "CMD")]
+    log_cmd: Option<String>,
+    /// Process to watch (its exit is a crash before ready).
+    #[arg(long)]
+    pid: Option<i32>,
+    /// Server kind (default: detected from the log).
+    #[arg(long, value_name = "KIND")]
+    server: Option<String>,
+    /// Overall deadline.
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+    /// Probe interval once the port may be open.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: std::time::Duration,
+    /// Probe timeout (default from the profile: SGLang 25s, others 5-10s).
+    #[arg(long, value_parser = parse_duration)]
+    probe_timeout: Option<std::time::Duration>,
+    /// Environment variable holding the API key (sent as a bearer token, never printed).
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
+    /// Stall limit: DUR for every phase, or PHASE=DUR (repeatable).
+    #[arg(long, value_name = "[PHASE=]DUR")]
+    stall: Vec<String>,
+    #[arg(long)]
+    json: bool,
+    #[arg(long, short)]
+    quiet: bool,
+    /// Print each log line as it is read.
+    #[arg(long)]
+    echo: bool,
+    #[command(flatten)]
+    proof: ProofFlags,
+}
+
+impl WaitFlags {
+    /// The watch's arguments (local sources are set by the caller).
+    fn into_args(self, profiles: &vigil_core::Profiles) -> Result<wait::Args, CliError> {
+        check_server(profiles, &self.server)?;
+        if self.interval.is_zero() {
+            return Err(CliError::usage("--interval must be above zero"));
+        }
+        let mut w = wait::Args::new();
+        self.proof.apply(&mut w);
+        w.url = self.url;
+        w.log = self.log;
+        w.log_cmd = self.log_cmd;
+        w.pid = self.pid;
+        w.server = self.server;
+        w.timeout = self.timeout;
+        w.interval = self.interval;
+        w.probe_timeout = self.probe_timeout.or(w.probe_timeout);
+        w.api_key_env = self.api_key_env;
+        w.stall = self.stall;
+        w.json = self.json;
+        w.quiet = self.quiet;
+        w.echo = self.echo;
+        Ok(w)
+    }
 }
 
 #[derive(clap::Args, Clone)]
@@ -475,43 +507,9 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             check_server(&profiles, &server)?;
             diagnose::run(diagnose::Args { files, json, explain, quiet, server }, &profiles)
         }
-        Cmd::Wait {
-            name,
-            url,
-            log,
-            log_cmd,
-            pid,
-            server,
-            timeout,
-            interval,
-            probe_timeout,
-            api_key_env,
-            stall,
-            json,
-            quiet,
-            echo,
-            proof,
-        } => {
-            check_server(&profiles, &server)?;
-            if interval.is_zero() {
-                return Err(CliError::usage("--interval must be above zero"));
-            }
+        Cmd::Wait { name, f } => {
+            let mut w = f.into_args(&profiles)?;
             let rt = runtime()?;
-            let mut w = wait::Args::new();
-            proof.apply(&mut w);
-            w.url = url;
-            w.log = log;
-            w.log_cmd = log_cmd;
-            w.pid = pid;
-            w.server = server;
-            w.timeout = timeout;
-            w.interval = interval;
-            w.probe_timeout = probe_timeout.or(w.probe_timeout);
-            w.api_key_env = api_key_env;
-            w.stall = stall;
-            w.json = json;
-            w.quiet = quiet;
-            w.echo = echo;
             // `wait NAME`: a run of `vigil up`, read from its run directory
             if let Some(n) = &name {
                 let (dir, rec) = run::load(n)?;
@@ -622,25 +620,8 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
             let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
             rt.block_on(hosts::up(hs, f.into_args(vec![]), argv, profiles))
         }
-        Cmd::Wait {
-            name,
-            url,
-            log,
-            log_cmd,
-            pid,
-            server,
-            timeout,
-            interval,
-            probe_timeout,
-            api_key_env,
-            stall,
-            json,
-            quiet,
-            echo,
-            proof,
-        } => {
-            check_server(&profiles, &server)?;
-            if log.is_some() || log_cmd.is_some() || pid.is_some() {
+        Cmd::Wait { name, f } => {
+            if f.log.is_some() || f.log_cmd.is_some() || f.pid.is_some() {
                 return Err(CliError::usage(
                     "wait --host: give the NAME of a run started with `vigil up --host` (--log/--log-cmd/--pid are local)",
                 ));
@@ -648,21 +629,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
             let Some(name) = name else {
                 return Err(CliError::usage("wait --host: give the NAME of a run started with `vigil up --host`"));
             };
-            if interval.is_zero() {
-                return Err(CliError::usage("--interval must be above zero"));
-            }
-            let mut w = wait::Args::new();
-            proof.apply(&mut w);
-            w.url = url;
-            w.server = server;
-            w.timeout = timeout;
-            w.interval = interval;
-            w.probe_timeout = probe_timeout.or(w.probe_timeout);
-            w.api_key_env = api_key_env;
-            w.stall = stall;
-            w.json = json;
-            w.quiet = quiet;
-            w.echo = echo;
+            let w = f.into_args(&profiles)?;
             rt.block_on(hosts::wait(hs, name, w, profiles))
         }
         Cmd::Down { names, all, pid, grace, json } => {

@@ -11,6 +11,7 @@
 
 use crate::cli::CliError;
 use crate::exit;
+use crate::follow::SourceMsg;
 use crate::remote::{self, Conn, RemoteWatch, SshOpts};
 use crate::report::{out_line, Reporter};
 use crate::up::UpArgs;
@@ -951,7 +952,7 @@ pub async fn status(hs: Hosts, json: bool, profiles: Profiles) -> Result<i32, Cl
                     continue;
                 }
                 let (name, alive, x, started) = (f[0], f[3] == "1", f[4], f[5].parse::<u64>().unwrap_or(0));
-                let (_, log, _) = c.exec(&remote::log_script(&c, name, None, false), Duration::from_secs(60)).await?;
+                let (_, log, _) = c.exec(&remote::log_script(&c, name), Duration::from_secs(60)).await?;
                 let report = vigil_core::diagnose_text(&profiles, None, &String::from_utf8_lossy(&log));
                 let state = if alive {
                     match report.verdict {
@@ -1035,31 +1036,52 @@ pub async fn logs(hs: Hosts, name: String, follow: bool, lines: usize) -> Result
     if hs.list.len() != 1 {
         return Err(CliError::usage("logs: give one --host"));
     }
-    let c = Conn::open(&hs.list[0], &hs.ssh)?;
-    let mut child =
-        c.spawn(&remote::log_script(&c, &name, Some(lines), follow)).await.map_err(CliError::Unreachable)?;
-    let mut out = child.stdout.take().unwrap();
-    let mut split = crate::lines::Splitter::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    use tokio::io::AsyncReadExt;
+    let c = open(&hs.ssh, &hs.list[0]).await?;
+    // the last N lines of the first S bytes, and S: following resumes exactly there
+    let mut s = c.prelude(&name);
+    s.extend_from_slice(
+        format!(
+            "[ -f \"$D/server.log\" ] || exit 3\ns=$(wc -c < \"$D/server.log\")\necho \"$s\"\nhead -c \"$s\" \"$D/server.log\" | tail -n {lines}\n"
+        )
+        .as_bytes(),
+    );
+    let (code, out, _) = c.exec(&s, Duration::from_secs(120)).await?;
+    if code == 3 {
+        return Err(CliError::usage(format!("no run named '{name}' on {}", c.dest)));
+    }
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (size, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+    for l in rest.lines() {
+        out_line(&crate::run::redact_cmdline(l));
+    }
+    if !follow {
+        return Ok(exit::READY);
+    }
+    // -f: the same follower as a watch (reconnects with backoff, no line lost or repeated)
+    let w = RemoteWatch::new(c.clone(), &name);
+    w.bytes.store(size.trim().parse().unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(remote::follow_log(w, tx));
+    let mut down = false;
     loop {
         tokio::select! {
             _ = crate::next_interrupt() => return Ok(exit::READY),
-            r = out.read(&mut buf) => match r {
-                Ok(0) | Err(_) => break,
-                Ok(n) => split.push(&buf[..n], &mut |l| out_line(&crate::run::redact_cmdline(&l))),
+            m = rx.recv() => match m {
+                Some(SourceMsg::Line(l)) => out_line(&crate::run::redact_cmdline(&l)),
+                Some(SourceMsg::Disconnected) if !down => {
+                    down = true;
+                    eprintln!("vigil: the SSH connection to {} dropped: reconnecting", c.dest);
+                }
+                Some(SourceMsg::Reconnected { host, down_ms, .. }) => {
+                    down = false;
+                    eprintln!("vigil: reconnected to {host} after {}", fmt_ms(down_ms));
+                }
+                Some(SourceMsg::Resumed) => down = false,
+                Some(SourceMsg::Lost(why)) => return Err(CliError::Unreachable(why)),
+                Some(_) => {}
+                None => return Ok(exit::READY),
             }
         }
-    }
-    if let Some(l) = split.finish() {
-        out_line(&crate::run::redact_cmdline(&l));
-    }
-    let st = child.wait().await.map_err(|e| CliError::Internal(e.to_string()))?;
-    match st.code() {
-        Some(0) | None => Ok(exit::READY),
-        Some(3) => Err(CliError::usage(format!("no run named '{name}' on {}", c.dest))),
-        Some(255) => Err(CliError::Unreachable(format!("lost the connection to {}", c.dest))),
-        Some(_) => Ok(exit::READY),
     }
 }
 

@@ -83,7 +83,8 @@ pub fn valid_dest(d: &str) -> Result<(), CliError> {
 }
 
 struct Inner {
-    master: Option<Child>,
+    /// The master under its tether (see `TETHER`); dropping the stdin pipe ends it.
+    master: Option<(Child, std::process::ChildStdin)>,
     generation: u64,
     /// (local port, remote port) forwards to set up again after a reconnect.
     forwards: Vec<(u16, u16)>,
@@ -187,16 +188,19 @@ impl Conn {
         let err_path = self.dir.join("master.err");
         let err =
             std::fs::File::create(&err_path).map_err(|e| CliError::Internal(format!("{}: {e}", err_path.display())))?;
-        let mut cmd = self.base();
-        cmd.args(["-M", "-N", "-T", "-o", "ControlMaster=yes", "-o", "ControlPersist=no"]);
-        cmd.arg("--").arg(&self.dest);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
+        let mut ssh = self.base();
+        ssh.args(["-M", "-N", "-T", "-o", "ControlMaster=yes", "-o", "ControlPersist=no"]);
+        ssh.arg("--").arg(&self.dest);
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(TETHER).arg("vigil-ssh-master").arg(ssh.get_program()).args(ssh.get_args());
+        cmd.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(err);
         let mut child = cmd.spawn().map_err(|e| CliError::usage(format!("cannot run ssh: {e}")))?;
+        let tether = child.stdin.take().unwrap();
         // The socket appears once the session is authenticated. Our own deadline backs ssh's.
         let deadline = Instant::now() + self.opts.connect_timeout + Duration::from_secs(5);
         loop {
             if self.ctl.exists() {
-                g.master = Some(child);
+                g.master = Some((child, tether));
                 return Ok(());
             }
             if let Ok(Some(_)) = child.try_wait() {
@@ -222,7 +226,7 @@ impl Conn {
     }
 
     fn master_alive(g: &mut Inner) -> bool {
-        g.master.as_mut().is_some_and(|m| matches!(m.try_wait(), Ok(None)))
+        g.master.as_mut().is_some_and(|m| matches!(m.0.try_wait(), Ok(None)))
     }
 
     /// A session command on the control connection: `exec sh -s` reading `script` from stdin.
@@ -321,7 +325,8 @@ impl Conn {
         if g.generation != seen || Self::master_alive(&mut g) {
             return Ok(false);
         }
-        if let Some(mut m) = g.master.take() {
+        if let Some((mut m, tether)) = g.master.take() {
+            drop(tether);
             let _ = m.kill();
             let _ = m.wait();
         }
@@ -379,15 +384,26 @@ fn msg(e: CliError) -> String {
     }
 }
 
+/// Runs the master (`"$@"`) so that it ends with vigil, even a vigil killed with SIGKILL: a watcher
+/// holds the read end of a pipe whose write end only vigil holds; EOF (vigil closed it or died)
+/// makes the watcher SIGTERM ssh. The wrapper exits with ssh's status when ssh ends on its own.
+const TETHER: &str = "exec 3<&0
+\"$@\" </dev/null &
+p=$!
+{ read _ <&3; kill $p 2>/dev/null; } &
+w=$!
+exec 3<&-
+wait $p; s=$?
+kill $w 2>/dev/null
+exit $s";
+
 impl Drop for Conn {
     fn drop(&mut self) {
         if let Ok(mut g) = self.inner.lock() {
-            if let Some(mut m) = g.master.take() {
-                // SIGTERM: the master closes the connection and removes its socket
-                // SAFETY: signalling our own child.
-                unsafe {
-                    libc::kill(m.id() as i32, libc::SIGTERM);
-                }
+            if let Some((mut m, tether)) = g.master.take() {
+                // closing the tether makes the wrapper SIGTERM ssh: it closes the connection and
+                // removes its socket
+                drop(tether);
                 let t = Instant::now();
                 while t.elapsed() < Duration::from_secs(2) {
                     if let Ok(Some(_)) = m.try_wait() {
@@ -576,16 +592,10 @@ done
     s
 }
 
-/// The last `max` bytes of a run's log (`tail -n N` for `logs`, `-F` to follow).
-pub fn log_script(conn: &Conn, name: &str, lines: Option<usize>, follow: bool) -> Vec<u8> {
+/// The last 16 MiB of a run's log (exit 3: no such run).
+pub fn log_script(conn: &Conn, name: &str) -> Vec<u8> {
     let mut s = conn.prelude(name);
-    s.extend_from_slice(b"[ -f \"$D/server.log\" ] || { echo \"no run named $(basename \"$D\")\" >&2; exit 3; }\n");
-    let n = match lines {
-        Some(n) => format!("-n {n}"),
-        None => "-c 16777216".into(),
-    };
-    let f = if follow { " -F" } else { "" };
-    s.extend_from_slice(format!("exec tail {n}{f} \"$D/server.log\"\n").as_bytes());
+    s.extend_from_slice(b"[ -f \"$D/server.log\" ] || exit 3\nexec tail -c 16777216 \"$D/server.log\"\n");
     s
 }
 

@@ -99,6 +99,8 @@ impl Sshd {
             .arg("-f")
             .arg(dir.join("sshd_config"))
             .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .expect("start sshd");
         // ready when it accepts TCP (bounded)
@@ -238,6 +240,65 @@ fn e2e_remote_up_ready_down_over_one_connection() {
     c.args(["--host", "node-a", "logs", "r1", "-n", "200"]);
     let o = run_bounded(c, T);
     assert!(text(&o).contains("listening on http"), "{}", text(&o));
+
+    // logs -f survives a dropped connection: lines written after the reconnect arrive, once
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "logs", "r1", "-f", "-n", "1"]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+    let mut follower = c.spawn().unwrap();
+    let (ltx, lrx) = std::sync::mpsc::channel::<String>();
+    let fout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(fout).lines().map_while(Result::ok) {
+            let _ = ltx.send(l);
+        }
+    });
+    let (etx, erx) = std::sync::mpsc::channel::<String>();
+    let ferr = follower.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(ferr).lines().map_while(Result::ok) {
+            let _ = etx.send(l);
+        }
+    });
+    assert!(lrx.recv_timeout(T).is_ok(), "the last line first");
+    let n0 = h.accepted();
+    assert!(h.kill_connections() > 0);
+    let note = erx.recv_timeout(T).expect("a note on stderr");
+    assert!(note.contains("dropped"), "{note}");
+    let note = erx.recv_timeout(T).expect("reconnected");
+    assert!(note.contains("reconnected to node-a"), "{note}");
+    assert_eq!(h.accepted(), n0 + 1, "one new connection");
+    // a completion makes the server log; those lines come through the new connection, each once
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+    let body = r#"{"prompt":"hello","n_predict":2}"#;
+    let req = format!(
+        "POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    std::io::Write::write_all(&mut s, req.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < T {
+        match lrx.recv_timeout(Duration::from_millis(500)) {
+            Ok(l) => got.push(l),
+            Err(_) if !got.is_empty() => break,
+            Err(_) => {}
+        }
+    }
+    assert!(got.iter().any(|l| l.contains("launch_slot_")), "the completion's log lines: {got:?}");
+    let mut uniq = got.clone();
+    uniq.dedup();
+    assert_eq!(uniq, got, "no line twice");
+    // vigil killed with SIGKILL: its SSH connection still ends (the master is tethered to vigil)
+    let ends = |h: &Sshd| read(&h.log).matches("Disconnected from user").count();
+    let e0 = ends(&h);
+    let _ = follower.kill();
+    let _ = follower.wait();
+    let t0 = Instant::now();
+    while ends(&h) == e0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the connection outlived vigil:\n{}", read(&h.log));
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     // ps on the node: a llama-server vigil did not start is listed with its port; ours is not
     let port2 = free_port();

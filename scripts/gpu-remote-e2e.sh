@@ -10,53 +10,9 @@
 #   (3) `check --host` counts the node's GPUs against TP.
 # Usage: VIGIL=path/to/vigil OUT=dir [CARRY=dir-with-bin-and-lib] scripts/gpu-remote-e2e.sh
 set -u
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-V=${VIGIL:-$HERE/target/release/vigil}
-OUT=${OUT:-$(mktemp -d)}
-CARRY=${CARRY:-}
-mkdir -p "$OUT"
-FAIL=0
-ok() { echo "PASS $1"; echo "PASS $1" >> "$OUT/summary.txt"; }
-bad() { echo "FAIL $1"; echo "FAIL $1" >> "$OUT/summary.txt"; FAIL=1; }
-SSHD=/usr/sbin/sshd
-if [ ! -x "$SSHD" ] || ! command -v ssh >/dev/null; then
-  [ -n "$CARRY" ] || { bad "no sshd/ssh on this machine and no CARRY"; exit 1; }
-  export PATH="$CARRY/bin:$PATH" LD_LIBRARY_PATH="$CARRY/lib"
-  SSHD=$CARRY/bin/sshd
-fi
-id sshd >/dev/null 2>&1 || useradd -r -M -d /run/sshd -s /usr/sbin/nologin sshd 2>/dev/null || echo 'sshd:x:105:65534::/run/sshd:/usr/sbin/nologin' >> /etc/passwd
-mkdir -p /run/sshd; chmod 755 /run/sshd
-S=$(mktemp -d /tmp/vs.XXXXXX)
-ssh-keygen -q -t ed25519 -N '' -f "$S/host"; ssh-keygen -q -t ed25519 -N '' -f "$S/user"
-cp "$S/user.pub" "$S/authorized_keys"
-P=22922
-cat > "$S/sshd_config" <<C
-Port $P
-ListenAddress 127.0.0.1
-HostKey $S/host
-AuthorizedKeysFile $S/authorized_keys
-PasswordAuthentication no
-PermitRootLogin prohibit-password
-StrictModes no
-UsePAM no
-LogLevel VERBOSE
-SetEnv PATH=$PATH
-C
-"$SSHD" -D -E "$S/sshd.log" -f "$S/sshd_config" & SP=$!
-for i in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$P) 2>/dev/null && break; sleep 0.1; done
-echo "[127.0.0.1]:$P $(cut -d' ' -f1,2 "$S/host.pub")" > "$S/known_hosts"
-cat > "$S/config" <<C
-Host gpunode
-  HostName 127.0.0.1
-  Port $P
-  User root
-  IdentityFile $S/user
-  IdentitiesOnly yes
-  UserKnownHostsFile $S/known_hosts
-C
-chmod 600 "$S/config"
-R="$V --ssh-config $S/config --host gpunode"
-{ nvidia-smi; uname -a; "$V" --version; ssh -V; "$SSHD" -V 2>&1 | head -1; } > "$OUT/remote-machine.txt" 2>&1
+. "$(dirname "$0")/gpu-common.sh"
+start_gpunode 22922
+{ nvidia-smi; uname -a; "$V" --version; ssh -V; } > "$OUT/remote-machine.txt" 2>&1
 
 cat > "$S/zombie.py" <<'PY'
 import time, torch

@@ -8,15 +8,8 @@
 #   (3) equal allocations (4 GiB on each) → "4.5 GiB held on each of GPUs 0-1".
 # Usage: VIGIL=path/to/vigil OUT=dir [CARRY=dir] scripts/gpu2-e2e.sh
 set -u
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-V=${VIGIL:-$HERE/target/release/vigil}
-OUT=${OUT:-$(mktemp -d)}
-CARRY=${CARRY:-}
-mkdir -p "$OUT"
+. "$(dirname "$0")/gpu-common.sh"
 export VIGIL_STATE_DIR=$(mktemp -d)
-FAIL=0
-ok() { echo "PASS $1"; echo "PASS $1" >> "$OUT/summary.txt"; }
-bad() { echo "FAIL $1"; echo "FAIL $1" >> "$OUT/summary.txt"; FAIL=1; }
 W=$(mktemp -d)
 { nvidia-smi -L; "$V" gpu; } > "$OUT/gpu2-machine.txt" 2>&1
 [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || { bad "fewer than 2 GPUs"; exit 1; }
@@ -47,25 +40,12 @@ check "$OUT/gpu2-equal.jsonl" $? "4\\.[0-9] GiB held on each of GPUs 0-1" && ok 
 "$V" down z3 > /dev/null 2>&1
 
 # (2) over SSH
-SSHD=/usr/sbin/sshd
-if [ ! -x "$SSHD" ] || ! command -v ssh >/dev/null; then
-  export PATH="$CARRY/bin:$PATH" LD_LIBRARY_PATH="$CARRY/lib"; SSHD=$CARRY/bin/sshd
-fi
-id sshd >/dev/null 2>&1 || useradd -r -M -d /run/sshd -s /usr/sbin/nologin sshd 2>/dev/null || echo 'sshd:x:105:65534::/run/sshd:/usr/sbin/nologin' >> /etc/passwd
-mkdir -p /run/sshd
-S=$(mktemp -d /tmp/vs.XXXXXX)
-ssh-keygen -q -t ed25519 -N '' -f "$S/host"; ssh-keygen -q -t ed25519 -N '' -f "$S/user"; cp "$S/user.pub" "$S/authorized_keys"
-P=22923
-printf 'Port %s\nListenAddress 127.0.0.1\nHostKey %s/host\nAuthorizedKeysFile %s/authorized_keys\nPasswordAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nLogLevel VERBOSE\nSetEnv PATH=%s\n' "$P" "$S" "$S" "$PATH" > "$S/sshd_config"
-"$SSHD" -D -E "$S/sshd.log" -f "$S/sshd_config" & SP=$!
-for i in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$P) 2>/dev/null && break; sleep 0.1; done
-echo "[127.0.0.1]:$P $(cut -d' ' -f1,2 "$S/host.pub")" > "$S/known_hosts"
-printf 'Host gpunode\n  HostName 127.0.0.1\n  Port %s\n  User root\n  IdentityFile %s/user\n  IdentitiesOnly yes\n  UserKnownHostsFile %s/known_hosts\n' "$P" "$S" "$S" > "$S/config"; chmod 600 "$S/config"
-"$V" --ssh-config "$S/config" --host gpunode up --name rz2 --json --no-check --no-probe --stall 8s --gpu-interval 1s --timeout 120s -- python3 "$W/z2.py" 6 3 > "$OUT/gpu2-remote.jsonl" 2>&1
+start_gpunode 22923
+$R up --name rz2 --json --no-check --no-probe --stall 8s --gpu-interval 1s --timeout 120s -- python3 "$W/z2.py" 6 3 > "$OUT/gpu2-remote.jsonl" 2>&1
 rc=$?
 n=$(grep -c "Accepted publickey" "$S/sshd.log")
 { check "$OUT/gpu2-remote.jsonl" $rc "GPU0 6\\.[0-9] GiB, GPU1 3\\.[0-9] GiB" && [ "$n" = 1 ]; } && ok "(2) remote zombie names both GPUs, 1 connection" || bad "(2) remote zombie (connections $n)"
-"$V" --ssh-config "$S/config" --host gpunode down rz2 > "$OUT/gpu2-remote-down.txt" 2>&1; rc=$?; cat "$OUT/gpu2-remote-down.txt"
+$R down rz2 > "$OUT/gpu2-remote-down.txt" 2>&1; rc=$?; cat "$OUT/gpu2-remote-down.txt"
 { [ $rc = 0 ] && grep -q "GPU memory released" "$OUT/gpu2-remote-down.txt"; } && ok "(2) remote down releases both" || bad "(2) remote down"
 kill $SP
 exit $FAIL

@@ -7,7 +7,7 @@
 #       readings come from the node's nvidia-smi → the zombie verdict (stalled, "alive …, N GiB on GPU 0
 #       and flat"), one SSH connection for the whole `up`;
 #   (2) `down --host` → GPU memory released (proven with nvidia-smi on the node);
-#   (3) `check --host` counts the node's GPUs against TP.
+#   (3) `check --host` counts the node's GPUs against TP (asks for one more than there are).
 # Usage: VIGIL=path/to/vigil OUT=dir [CARRY=dir-with-bin-and-lib] scripts/gpu-remote-e2e.sh
 set -u
 . "$(dirname "$0")/gpu-common.sh"
@@ -42,9 +42,10 @@ $R down rzombie > "$OUT/remote-zombie-down.txt" 2>&1
 rc=$?
 cat "$OUT/remote-zombie-down.txt"
 { [ $rc = 0 ] && grep -q "GPU memory released" "$OUT/remote-zombie-down.txt"; } && ok "(2) remote down releases GPU memory (nvidia-smi on the node)" || bad "(2) remote down (exit $rc)"
-$R check -- python3 -m sglang.launch_server --model-path /nonexistent --tp 2 > "$OUT/remote-check.txt" 2>&1
+G=$(nvidia-smi -L | wc -l)   # one more than the node has
+$R check -- python3 -m sglang.launch_server --model-path /nonexistent --tp $((G + 1)) > "$OUT/remote-check.txt" 2>&1
 cat "$OUT/remote-check.txt"
-grep -q "gpunode has 1" "$OUT/remote-check.txt" && ok "(3) remote check counts the node's GPUs" || bad "(3) remote check GPU count"
+grep -q "$((G + 1)) GPUs needed, gpunode has $G" "$OUT/remote-check.txt" && ok "(3) remote check counts the node's GPUs" || bad "(3) remote check GPU count"
 cp "$S/sshd.log" "$OUT/sshd.log"
 kill $SP
 exit $FAIL

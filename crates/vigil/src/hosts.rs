@@ -499,9 +499,13 @@ pub async fn stop(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Repor
     let (_, out, _) = conn.exec(&remote::stop_script(conn, name, grace), grace + Duration::from_secs(60)).await?;
     let out = String::from_utf8_lossy(&out).into_owned();
     let mut ok = true;
+    // each line carries its time on the node since the script began
+    let at = t0.elapsed().as_millis() as u64;
+    let at = at.saturating_sub(out.lines().last().and_then(|l| l.split(' ').next()?.parse::<u64>().ok()).unwrap_or(0));
     for l in out.lines() {
+        let (ms, l) = l.split_once(' ').unwrap_or(("0", l));
+        let t = at + ms.parse::<u64>().unwrap_or(0);
         let (k, rest) = l.split_once(' ').unwrap_or((l, ""));
-        let t = t0.elapsed().as_millis() as u64;
         match k {
             "none" => rep.note(t, &format!("'{name}' on {}: nothing running", conn.dest)),
             "signal" => {

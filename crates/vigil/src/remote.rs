@@ -529,38 +529,41 @@ gpus() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-compute-app
 
 /// Stops a run: SIGTERM to the server, the grace period, SIGKILL to what is left of its session,
 /// then proves nothing is left and (with nvidia-smi) that its GPU memory is released.
-/// Prints `none`, `signal SIG PIDS…`, `gone MS`, `left PID CMD`, `gpu-held PID MIB`, `gpu-free MIB`.
+/// Each line starts with the ms since the script began: `none`, `signal SIG PIDS…`, `gone MS`,
+/// `left PID CMD`, `gpu-held PID MIB`, `gpu-free MIB`.
 pub fn stop_script(conn: &Conn, name: &str, grace: Duration) -> Vec<u8> {
     let mut s = conn.prelude(name);
     s.extend_from_slice(MEMBERS);
     let ticks = (grace.as_millis() / 50).max(1);
     s.extend_from_slice(
         format!(
-            "[ -f \"$D/pid\" ] || {{ echo none; exit 0; }}
+            "t0=$(date +%s%N)
+say() {{ echo \"$(( ($(date +%s%N) - t0) / 1000000 )) $*\"; }}
+[ -f \"$D/pid\" ] || {{ say none; exit 0; }}
 read sp kp < \"$D/pid\"
 m=$(members | tr '\\n' ' ')
-[ -n \"$m\" ] || {{ echo none; exit 0; }}
+[ -n \"$m\" ] || {{ say none; exit 0; }}
 held=0
 for x in $(gpus); do p=${{x%%,*}}; v=${{x#*,}}; case $v in ''|*[!0-9]*) continue;; esac; for q in $m; do [ \"$p\" = \"$q\" ] && held=$((held + v)); done; done
-t0=$(date +%s%N)
-kill -TERM \"$sp\" 2>/dev/null && echo \"signal SIGTERM $sp\"
+t1=$(date +%s%N)
+kill -TERM \"$sp\" 2>/dev/null && say signal SIGTERM \"$sp\"
 i=0
 while [ $i -lt {ticks} ]; do [ -z \"$(members)\" ] && break; sleep 0.05; i=$((i+1)); done
 rest=$(members | grep -vx \"$kp\" | tr '\\n' ' ')
-if [ -n \"$rest\" ]; then kill -KILL $rest 2>/dev/null; echo \"signal SIGKILL $rest\"; fi
+if [ -n \"$rest\" ]; then kill -KILL $rest 2>/dev/null; say signal SIGKILL $rest; fi
 i=0
 while [ $i -lt 40 ] && [ -n \"$(members)\" ]; do sleep 0.05; i=$((i+1)); done
 if [ -n \"$(members)\" ] && [ -z \"$(members | grep -vx \"$kp\")\" ]; then kill -KILL \"$kp\" 2>/dev/null; sleep 0.1; [ -f \"$D/exit\" ] || echo 137 > \"$D/exit\"; fi
 left=$(members)
-for p in $left; do echo \"left $p $(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\"; done
-[ -n \"$left\" ] || echo \"gone $(( ($(date +%s%N) - t0) / 1000000 ))\"
+for p in $left; do say left \"$p $(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\"; done
+[ -n \"$left\" ] || say gone \"$(( ($(date +%s%N) - t1) / 1000000 ))\"
 if [ $held -gt 0 ]; then
   i=0
   while :; do
     h=''
     for x in $(gpus); do p=${{x%%,*}}; for q in $m; do [ \"$p\" = \"$q\" ] && h=\"$h $x\"; done; done
-    [ -z \"$h\" ] && {{ echo \"gpu-free $held\"; break; }}
-    i=$((i+1)); [ $i -gt 300 ] && {{ for x in $h; do echo \"gpu-held ${{x%%,*}} ${{x#*,}}\"; done; break; }}
+    [ -z \"$h\" ] && {{ say gpu-free \"$held\"; break; }}
+    i=$((i+1)); [ $i -gt 300 ] && {{ for x in $h; do say gpu-held \"${{x%%,*}} ${{x#*,}}\"; done; break; }}
     sleep 0.1
   done
 fi

@@ -17,6 +17,22 @@ impl CliError {
     pub fn usage(s: impl Into<String>) -> CliError {
         CliError::Usage(s.into())
     }
+
+    /// The exit code this error ends vigil (or one host's work) with.
+    pub fn code(&self) -> i32 {
+        match self {
+            CliError::Usage(_) => crate::exit::USAGE,
+            CliError::Internal(_) => crate::exit::INTERNAL,
+            CliError::Unreachable(_) => crate::exit::UNREACHABLE,
+        }
+    }
+
+    /// The one-line message.
+    pub fn message(self) -> String {
+        match self {
+            CliError::Usage(m) | CliError::Internal(m) | CliError::Unreachable(m) => m,
+        }
+    }
 }
 
 /// Parses `90s`, `5m`, `1h`, `500ms`, `1.5s` or a bare number of seconds.

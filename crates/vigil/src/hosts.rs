@@ -108,19 +108,27 @@ impl HostResult {
                 self.report = o.report;
             }
             Err(e) => {
-                self.code = code_of(&e);
-                self.note = msg(e);
+                self.code = e.code();
+                self.note = e.message();
             }
         }
     }
-}
 
-/// The exit code an error ends a host's work with.
-fn code_of(e: &CliError) -> i32 {
-    match e {
-        CliError::Unreachable(_) => exit::UNREACHABLE,
-        CliError::Usage(_) => exit::USAGE,
-        CliError::Internal(_) => exit::INTERNAL,
+    /// A single host's result as vigil's own: a failure without a verdict is the error it was
+    /// (its one line printed, its exit code); anything else is the exit code.
+    fn into_single(self) -> Result<i32, CliError> {
+        if self.report.is_some() || matches!(self.code, exit::READY | exit::DEGRADED | exit::INTERRUPTED) {
+            return Ok(self.code);
+        }
+        match self.code {
+            exit::UNREACHABLE => Err(CliError::Unreachable(self.note)),
+            exit::USAGE => Err(CliError::usage(self.note)),
+            exit::INTERNAL => Err(CliError::Internal(self.note)),
+            c => {
+                eprintln!("vigil: error: {}", self.note);
+                Ok(c)
+            }
+        }
     }
 }
 
@@ -205,7 +213,7 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
     let single = hs.list.len() == 1 && !multi;
     if single {
         let r = up_one(&hs, &hs.list[0], None, 1, false, a.clone(), argv, profiles.clone(), None, None).await;
-        return finish_single(r, &a, &hs).await;
+        return finish_single(r, &a).await;
     }
     let n = hs.list.len();
     // every host's connection and run name, as soon as it exists: a failed rank stops the others,
@@ -257,56 +265,39 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
     Ok(code)
 }
 
-async fn finish_single(r: HostResult, a: &UpArgs, hs: &Hosts) -> Result<i32, CliError> {
-    let _ = hs;
-    if r.report.is_none() && !matches!(r.code, exit::READY | exit::DEGRADED | exit::INTERRUPTED) {
-        return match r.code {
-            exit::UNREACHABLE => Err(CliError::Unreachable(r.note)),
-            exit::USAGE => Err(CliError::usage(r.note)),
-            exit::INTERNAL => Err(CliError::Internal(r.note)),
-            c => {
-                eprintln!("vigil: error: {}", r.note);
-                Ok(c)
-            }
-        };
-    }
-    let Some(conn) = r.conn.clone() else {
-        if r.code == exit::UNREACHABLE {
-            return Err(CliError::Unreachable(r.note));
-        }
-        if r.code == exit::USAGE {
-            return Err(CliError::usage(r.note));
-        }
-        return Ok(r.code);
-    };
+async fn finish_single(r: HostResult, a: &UpArgs) -> Result<i32, CliError> {
+    let (conn, name, host, ready) = (
+        r.conn.clone(),
+        r.name.clone(),
+        r.host.clone(),
+        r.report.as_ref().is_some_and(|x| x.verdict == Verdict::Ready),
+    );
+    let code = r.into_single()?;
+    let Some(conn) = conn else { return Ok(code) };
     let mut rep = Reporter::new(a.json, a.quiet);
-    if r.code == exit::INTERRUPTED {
+    if code == exit::INTERRUPTED {
         if a.keep {
-            rep.note(0, &format!("--keep: '{}' keeps running on {}", r.name, r.host));
-            return Ok(r.code);
+            rep.note(0, &format!("--keep: '{name}' keeps running on {host}"));
+            return Ok(code);
         }
-        let ok = stop(&conn, &r.name, a.grace, &mut rep).await?;
+        let ok = stop(&conn, &name, a.grace, &mut rep).await?;
         return Ok(if ok { exit::INTERRUPTED } else { exit::NOT_STOPPED });
     }
-    if a.detach || a.proof.watch || r.report.as_ref().is_none_or(|x| x.verdict != Verdict::Ready) {
-        return Ok(r.code);
+    if a.detach || a.proof.watch || !ready {
+        return Ok(code);
     }
-    rep.note(0, &format!("'{}' is serving on {}; Ctrl-C stops it (--detach to leave it running)", r.name, r.host));
+    rep.note(0, &format!("'{name}' is serving on {host}; Ctrl-C stops it (--detach to leave it running)"));
     let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(remote::wait_exit(RemoteWatch::new(conn.clone(), &r.name), tx));
+    tokio::spawn(remote::wait_exit(RemoteWatch::new(conn.clone(), &name), tx));
     tokio::select! {
         _ = crate::next_interrupt() => {}
         x = rx.recv() => {
-            let how = match x.map(|x| x.0) {
-                Some(vigil_core::ExitInfo { signal: Some(s), .. }) => format!("killed by {}", vigil_core::judge::signal_name(s)),
-                Some(vigil_core::ExitInfo { code: Some(c), .. }) => format!("exited with status {c}"),
-                _ => "ended".into(),
-            };
+            let how = x.map_or_else(|| "exited".into(), |(x, _)| crate::up::exit_how(x.code, x.signal));
             rep.note(0, &format!("the server {how} after ready"));
             return Ok(exit::CRASHED);
         }
     }
-    let ok = stop(&conn, &r.name, a.grace, &mut rep).await?;
+    let ok = stop(&conn, &name, a.grace, &mut rep).await?;
     Ok(if ok { exit::READY } else { exit::NOT_STOPPED })
 }
 
@@ -329,8 +320,7 @@ async fn up_one(
     let name = run_name(&a, &kind, &argv);
     let mut res = HostResult::new(host, rank, &name);
     if let Err(e) = crate::run::valid_name(&name) {
-        res.code = exit::USAGE;
-        res.note = msg(e);
+        res.set_outcome(Err(e));
         return res;
     }
     let mut rep = Reporter::new(a.json, a.quiet);
@@ -369,18 +359,9 @@ async fn up_one(
                 rep.note(0, &res.note);
             }
         }
-        Err(e) => {
-            res.code = exit::UNREACHABLE;
-            res.note = msg(e);
-        }
+        Err(e) => res.set_outcome(Err(e)),
     }
     res
-}
-
-fn msg(e: CliError) -> String {
-    match e {
-        CliError::Usage(m) | CliError::Internal(m) | CliError::Unreachable(m) => m,
-    }
 }
 
 /// Starts the wrapper on the host; the watch's arguments, or (exit code, why) when it refused.
@@ -397,14 +378,9 @@ async fn launch(
     rep: &mut Reporter,
 ) -> Result<Result<wait::Args, (i32, String)>, CliError> {
     let argv_s: Vec<String> = argv.iter().map(|x| lossy(x)).collect();
+    // the node's own environment, plus --env-file/--env (the local environment is not copied)
     let mut env: Vec<(String, String)> = Vec::new();
-    if let Some(f) = &a.env_file {
-        env.extend(crate::up::parse_env_file(f)?);
-    }
-    for kv in &a.env {
-        let (k, v) = kv.split_once('=').ok_or_else(|| CliError::usage(format!("--env {kv}: expected KEY=VALUE")))?;
-        env.push((k.to_string(), v.to_string()));
-    }
+    crate::up::apply_env_flags(&mut env, a)?;
     if let Some(r) = rank {
         env.push(("VIGIL_NODE_RANK".into(), r.to_string()));
         env.push(("VIGIL_NNODES".into(), n.to_string()));
@@ -535,27 +511,13 @@ pub async fn stop(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Repor
     Ok(ok)
 }
 
-type Job = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = HostResult>>>>;
-
-fn boxed<F, Fut>(v: Vec<F>) -> Vec<Job>
-where
-    F: FnOnce() -> Fut + 'static,
-    Fut: std::future::Future<Output = HostResult> + 'static,
-{
-    v.into_iter()
-        .map(|f| {
-            Box::new(move || Box::pin(f()) as std::pin::Pin<Box<dyn std::future::Future<Output = HostResult>>>) as Job
-        })
-        .collect()
-}
-
 /// Runs host jobs, at most `parallel` at once; results in host order.
-async fn drive_fleet<F, Fut>(parallel: usize, jobs: Vec<F>) -> Vec<HostResult>
+async fn drive_fleet<T, F, Fut>(parallel: usize, jobs: Vec<F>) -> Vec<T>
 where
+    T: 'static,
     F: FnOnce() -> Fut + 'static,
-    Fut: std::future::Future<Output = HostResult> + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
 {
-    let jobs = boxed(jobs);
     let local = tokio::task::LocalSet::new();
     local
         .run_until(async move {
@@ -592,7 +554,6 @@ where
     F: FnOnce() -> Fut + 'static,
     Fut: std::future::Future<Output = HostResult> + 'static,
 {
-    let jobs = boxed(jobs);
     let n = jobs.len();
     let hosts = hs.list.clone();
     let local = tokio::task::LocalSet::new();
@@ -611,7 +572,7 @@ where
             let mut rep = Reporter::new(json, quiet);
             let t0 = Instant::now();
             let mut phases = vec![Phase::Launch; n];
-            let mut shown: Option<(Phase, usize)> = None;
+            let mut shown: Option<Phase> = None;
             let mut results: Vec<Option<HostResult>> = (0..n).map(|_| None).collect();
             loop {
                 tokio::select! {
@@ -620,13 +581,13 @@ where
                         // least advanced rank that is still starting
                         let live: Vec<usize> = (0..n).filter(|i| results[*i].is_none()).collect();
                         if let Some(&slow) = live.iter().min_by_key(|i| phases[**i]) {
-                            let cur = (phases[slow], slow);
-                            if shown.map(|s| s.0) != Some(cur.0) {
-                                shown = Some(cur);
+                            let phase = phases[slow];
+                            if shown != Some(phase) {
+                                shown = Some(phase);
                                 if rep.mode == crate::report::Mode::Json {
-                                    rep.json(serde_json::json!({"event": "multi_node_phase", "t_ms": t0.elapsed().as_millis() as u64, "phase": cur.0, "slowest_rank": slow, "slowest_host": hosts[slow]}));
+                                    rep.json(serde_json::json!({"event": "multi_node_phase", "t_ms": t0.elapsed().as_millis() as u64, "phase": phase, "slowest_rank": slow, "slowest_host": hosts[slow]}));
                                 } else {
-                                    rep.note(t0.elapsed().as_millis() as u64, &format!("multi-node: {} (least advanced: rank {slow} on {})", cur.0, hosts[slow]));
+                                    rep.note(t0.elapsed().as_millis() as u64, &format!("multi-node: {phase} (least advanced: rank {slow} on {})", hosts[slow]));
                                 }
                             }
                         }
@@ -655,13 +616,9 @@ where
                 .enumerate()
                 .map(|(i, r)| {
                     r.unwrap_or_else(|| HostResult {
-                        host: hosts[i].clone(),
-                        rank: Some(i),
                         code: exit::STARTING,
-                        report: None,
                         note: "watch stopped: another rank failed".into(),
-                        conn: None,
-                        name: String::new(),
+                        ..HostResult::new(&hosts[i], Some(i), "")
                     })
                 })
                 .collect()
@@ -767,10 +724,7 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
                 }
                 match attach(&conn, &name, &mut w, &profiles, rank.unwrap_or(0) == 0).await {
                     Ok(()) => res.set_outcome(wait::run(w, profiles).await),
-                    Err(e) => {
-                        res.code = if matches!(e, CliError::Usage(_)) { exit::USAGE } else { exit::UNREACHABLE };
-                        res.note = msg(e);
-                    }
+                    Err(e) => res.set_outcome(Err(e)),
                 }
                 res.conn = Some(conn);
                 res
@@ -778,12 +732,7 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
         })
         .collect();
     if single {
-        let r = (jobs.into_iter().next().unwrap())().await;
-        return match r.code {
-            exit::UNREACHABLE if r.report.is_none() => Err(CliError::Unreachable(r.note)),
-            exit::USAGE => Err(CliError::usage(r.note)),
-            c => Ok(c),
-        };
+        return (jobs.into_iter().next().unwrap())().await.into_single();
     }
     let (ptx, prx) = mpsc::unbounded_channel();
     w.phase_tx = Some(ptx);
@@ -848,30 +797,11 @@ where
                     Ok(c) => f(c).await,
                     Err(e) => Err(e),
                 };
-                let (code, note) = match r {
-                    Ok(c) => (c, String::new()),
-                    Err(e) => (code_of(&e), msg(e)),
-                };
-                HostResult { host: h, rank: None, code, report: None, note, conn: None, name: String::new() }
+                (h, r)
             }
         })
         .collect();
-    drive_fleet(hs.parallel, jobs)
-        .await
-        .into_iter()
-        .map(|r| {
-            let res = if r.note.is_empty() {
-                Ok(r.code)
-            } else if r.code == exit::UNREACHABLE {
-                Err(CliError::Unreachable(r.note))
-            } else if r.code == exit::USAGE {
-                Err(CliError::Usage(r.note))
-            } else {
-                Err(CliError::Internal(r.note))
-            };
-            (r.host, res)
-        })
-        .collect()
+    drive_fleet(hs.parallel, jobs).await
 }
 
 /// One host: its result as is; several: errors printed per host, the worst code.
@@ -884,9 +814,8 @@ fn fold(mut v: Vec<(String, Result<i32, CliError>)>) -> Result<i32, CliError> {
         match r {
             Ok(c) => code = exit::worst(code, c),
             Err(e) => {
-                let c = code_of(&e);
-                eprintln!("vigil: {h}: {}", msg(e));
-                code = exit::worst(code, c);
+                code = exit::worst(code, e.code());
+                eprintln!("vigil: {h}: {}", e.message());
             }
         }
     }
@@ -958,20 +887,8 @@ pub async fn status(hs: Hosts, json: bool, profiles: Profiles) -> Result<i32, Cl
                 let (name, alive, x, started) = (f[0], f[3] == "1", f[4], f[5].parse::<u64>().unwrap_or(0));
                 let (_, log, _) = c.exec(&remote::log_script(&c, name), Duration::from_secs(60)).await?;
                 let report = vigil_core::diagnose_text(&profiles, None, &String::from_utf8_lossy(&log));
-                let state = if alive {
-                    match report.verdict {
-                        Verdict::Starting => "starting".to_string(),
-                        v => v.as_str().to_string(),
-                    }
-                } else {
-                    match remote::exit_info(x.parse().ok()) {
-                        vigil_core::ExitInfo { signal: Some(s), .. } => {
-                            format!("exited ({})", vigil_core::judge::signal_name(s))
-                        }
-                        vigil_core::ExitInfo { code: Some(c), .. } => format!("exited ({c})"),
-                        _ => "not running".into(),
-                    }
-                };
+                let x = remote::exit_info(x.parse().ok());
+                let state = crate::up::run_state(alive, report.verdict, x.code, x.signal);
                 rows.lock().unwrap().push(RemoteStatusRow {
                     host: c.dest.clone(),
                     name: name.to_string(),

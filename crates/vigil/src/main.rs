@@ -58,9 +58,12 @@ pub fn take_interrupt() -> bool {
     false
 }
 
-/// Resolves when an interrupt is pending, without taking it: for one of several concurrent watches
-/// (the driver takes it once all of them stopped).
-pub async fn seen_interrupt() {
+/// Resolves when an interrupt is pending: taking it, or (`shared`: one of several concurrent
+/// watches, all of which must see it) leaving it pending.
+pub async fn interrupt(shared: bool) {
+    if !shared {
+        return next_interrupt().await;
+    }
     while INTERRUPTS.load(Ordering::SeqCst) <= CONSUMED.load(Ordering::SeqCst) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -325,10 +325,8 @@ impl Conn {
         if g.generation != seen || Self::master_alive(&mut g) {
             return Ok(false);
         }
-        if let Some((mut m, tether)) = g.master.take() {
-            drop(tether);
-            let _ = m.kill();
-            let _ = m.wait();
+        if let Some(m) = g.master.take() {
+            end_master(m);
         }
         let deadline = Instant::now() + self.opts.reconnect_for;
         let mut delay = Duration::from_millis(250);
@@ -337,9 +335,7 @@ impl Conn {
                 Ok(()) => {
                     let fw = g.forwards.clone();
                     for (lp, rp) in fw {
-                        if let Err(e) = self.add_forward(lp, rp) {
-                            return Err(msg(e));
-                        }
+                        self.add_forward(lp, rp).map_err(CliError::message)?;
                     }
                     g.generation += 1;
                     return Ok(true);
@@ -348,7 +344,7 @@ impl Conn {
                     return Err(format!(
                         "lost the SSH connection and could not reconnect for {}s: {}",
                         self.opts.reconnect_for.as_secs(),
-                        msg(e)
+                        e.message()
                     ))
                 }
                 Err(_) => {
@@ -378,12 +374,6 @@ impl Conn {
     }
 }
 
-fn msg(e: CliError) -> String {
-    match e {
-        CliError::Usage(m) | CliError::Internal(m) | CliError::Unreachable(m) => m,
-    }
-}
-
 /// Runs the master (`"$@"`) so that it ends with vigil, even a vigil killed with SIGKILL: a watcher
 /// holds the read end of a pipe whose write end only vigil holds; EOF (vigil closed it or died)
 /// makes the watcher SIGTERM ssh. The wrapper exits with ssh's status when ssh ends on its own.
@@ -397,23 +387,25 @@ wait $p; s=$?
 kill $w 2>/dev/null
 exit $s";
 
+/// Ends a master: closing the tether makes the wrapper SIGTERM ssh (it closes the connection and
+/// removes its socket); the wrapper gets 2 s, then SIGKILL. A master that already died is reaped.
+fn end_master((mut m, tether): (Child, std::process::ChildStdin)) {
+    drop(tether);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        if let Ok(Some(_)) = m.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = m.kill();
+    let _ = m.wait();
+}
+
 impl Drop for Conn {
     fn drop(&mut self) {
-        if let Ok(mut g) = self.inner.lock() {
-            if let Some((mut m, tether)) = g.master.take() {
-                // closing the tether makes the wrapper SIGTERM ssh: it closes the connection and
-                // removes its socket
-                drop(tether);
-                let t = Instant::now();
-                while t.elapsed() < Duration::from_secs(2) {
-                    if let Ok(Some(_)) = m.try_wait() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                let _ = m.kill();
-                let _ = m.wait();
-            }
+        if let Some(m) = self.inner.lock().ok().and_then(|mut g| g.master.take()) {
+            end_master(m);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -54,6 +54,45 @@ pub fn parse_env_file(p: &Path) -> Result<Vec<(String, String)>, CliError> {
     Ok(v)
 }
 
+/// `--env-file` then `--env K=V` (later wins), set on top of `env`.
+pub fn apply_env_flags(env: &mut Vec<(String, String)>, a: &UpArgs) -> Result<(), CliError> {
+    if let Some(f) = &a.env_file {
+        for (k, v) in parse_env_file(f)? {
+            set_env(env, &k, &v);
+        }
+    }
+    for kv in &a.env {
+        let (k, v) = kv.split_once('=').ok_or_else(|| CliError::usage(format!("--env {kv}: expected KEY=VALUE")))?;
+        set_env(env, k, v);
+    }
+    Ok(())
+}
+
+/// How a server ended: "killed by SIGKILL", "exited with status 1", else "exited".
+pub fn exit_how(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (_, Some(s)) => format!("killed by {}", vigil_core::judge::signal_name(s)),
+        (Some(c), _) => format!("exited with status {c}"),
+        _ => "exited".into(),
+    }
+}
+
+/// A run's state for `status`: the log's verdict while alive ("starting", "ready", …), else how
+/// it ended ("exited (SIGKILL)", "exited (1)", "not running").
+pub fn run_state(alive: bool, verdict: Verdict, code: Option<i32>, signal: Option<i32>) -> String {
+    if alive {
+        return match verdict {
+            Verdict::Starting => "starting".to_string(),
+            v => v.as_str().to_string(),
+        };
+    }
+    match (code, signal) {
+        (_, Some(s)) => format!("exited ({})", vigil_core::judge::signal_name(s)),
+        (Some(c), _) => format!("exited ({c})"),
+        _ => "not running".into(),
+    }
+}
+
 fn set_env(env: &mut Vec<(String, String)>, k: &str, v: &str) {
     match env.iter_mut().find(|(ek, _)| ek == k) {
         Some(e) => e.1 = v.to_string(),
@@ -100,15 +139,7 @@ pub async fn up(a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
     let mut env: Vec<(String, String)> = std::env::vars_os()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
-    if let Some(f) = &a.env_file {
-        for (k, v) in parse_env_file(f)? {
-            set_env(&mut env, &k, &v);
-        }
-    }
-    for kv in &a.env {
-        let (k, v) = kv.split_once('=').ok_or_else(|| CliError::usage(format!("--env {kv}: expected KEY=VALUE")))?;
-        set_env(&mut env, k, v);
-    }
+    apply_env_flags(&mut env, &a)?;
     let cwd = std::env::current_dir().map_err(|e| CliError::usage(format!("current directory: {e}")))?;
     launch(&name, a.cmd.clone(), env, cwd, kind, &a, profiles).await
 }
@@ -259,12 +290,7 @@ async fn launch(
             _ = tokio::time::sleep(Duration::from_millis(100)) => {
                 if !procs::alive(server_pid) {
                     let st = read_state(&dir).unwrap_or_default();
-                    let how = match (st.exit_code, st.exit_signal) {
-                        (_, Some(s)) => format!("killed by {}", vigil_core::judge::signal_name(s)),
-                        (Some(c), _) => format!("exited with status {c}"),
-                        _ => "exited".into(),
-                    };
-                    rep.note(0, &format!("the server {how} after ready"));
+                    rep.note(0, &format!("the server {} after ready", exit_how(st.exit_code, st.exit_signal)));
                     return Ok(exit::CRASHED);
                 }
             }
@@ -498,18 +524,7 @@ pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
         let alive = st.server_pid.is_some_and(procs::alive);
         let log_text = std::fs::read(&rec.log).unwrap_or_default();
         let report = vigil_core::diagnose_text(profiles, rec.server.as_deref(), &String::from_utf8_lossy(&log_text));
-        let state = if alive {
-            match report.verdict {
-                Verdict::Starting => "starting".to_string(),
-                v => v.as_str().to_string(),
-            }
-        } else {
-            match (st.exit_code, st.exit_signal) {
-                (_, Some(s)) => format!("exited ({})", vigil_core::judge::signal_name(s)),
-                (Some(c), _) => format!("exited ({c})"),
-                _ => "not running".into(),
-            }
-        };
+        let state = run_state(alive, report.verdict, st.exit_code, st.exit_signal);
         let since = if alive { st.started_unix_ms } else { st.ended_unix_ms.unwrap_or(st.started_unix_ms) };
         let age = std::fs::metadata(&rec.log)
             .and_then(|m| m.modified())

@@ -352,7 +352,6 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let mut pending_exit: Option<(ExitInfo, Instant, Instant, Option<u64>)> = None;
     // The SSH connection is down: probes say nothing about the server then, and pause.
     let mut link_down = false;
-    let mut last_phase = Phase::Launch;
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -360,11 +359,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         let mut events: Vec<Event> = Vec::new();
         let mut gen_done: Option<GenProof> = None;
         tokio::select! {
-            _ = crate::next_interrupt(), if a.tag.is_none() => {
-                rep.note(ms(), if matches!(stage, Stage::Watching) { "interrupted while watching" } else { "interrupted before a verdict" });
-                return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned() });
-            }
-            _ = crate::seen_interrupt(), if a.tag.is_some() => {
+            _ = crate::interrupt(a.tag.is_some()) => {
                 rep.note(ms(), if matches!(stage, Stage::Watching) { "interrupted while watching" } else { "interrupted before a verdict" });
                 return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned() });
             }
@@ -398,8 +393,12 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 }
                 Some(SourceMsg::Note(n)) => rep.note(ms(), &n),
                 Some(SourceMsg::Disconnected) => {
+                    // in-flight probes went through the dead connection; none start until it is back
                     let was_down = std::mem::replace(&mut link_down, true);
-                    for h in [probe_task.take().map(|h| h.abort_handle()), gen_task.take().map(|h| h.abort_handle())].into_iter().flatten() {
+                    if let Some(h) = probe_task.take() {
+                        h.abort();
+                    }
+                    if let Some(h) = gen_task.take() {
                         h.abort();
                     }
                     if rep.mode != crate::report::Mode::Json && !was_down {
@@ -436,9 +435,6 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
             r = pending(&mut probe_task) => {
                 probe_task = None;
                 let r = r.map_err(|e| CliError::Internal(format!("probe task: {e}")))?;
-                if link_down {
-                    continue;
-                }
                 let key = (r.outcome, r.note.clone());
                 if last_probe.as_ref() != Some(&key) {
                     if rep.mode == crate::report::Mode::Json {
@@ -486,11 +482,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
             }
             g = pending(&mut gen_task) => {
                 gen_task = None;
-                let g = g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?;
-                if link_down {
-                    continue;
-                }
-                gen_done = Some(g);
+                gen_done = Some(g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?);
             }
             _ = tick.tick() => {
                 // A remote exit tells the log size at that moment: judge once every byte of it is here.
@@ -515,11 +507,8 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 }
                 Event::Phase { phase, .. } => {
                     if let (Some(tx), Some((_, Some(r)))) = (&a.phase_tx, &a.tag) {
-                        if *phase != last_phase {
-                            let _ = tx.send((*r, *phase));
-                        }
+                        let _ = tx.send((*r, *phase));
                     }
-                    last_phase = *phase;
                     if let Some(n) = &notifier {
                         n.status(&format!("{} {phase}", server.as_deref().unwrap_or("server")));
                     }

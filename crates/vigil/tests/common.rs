@@ -155,6 +155,20 @@ pub fn run_bounded(mut c: Command, deadline: Duration) -> Output {
     Output { status, stdout: to.join().unwrap(), stderr: te.join().unwrap() }
 }
 
+/// Starts vigil (`--json`) with stdout piped, stderr discarded, and yields its JSON lines as they
+/// come. Keep the iterator alive while vigil runs: dropping it closes vigil's stdout.
+pub fn spawn_json(mut c: Command) -> (Child, impl Iterator<Item = serde_json::Value>) {
+    use std::io::BufRead;
+    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
+    let mut child = c.spawn().expect("spawn vigil");
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let lines = out.lines().map(|l| {
+        let l = l.expect("read vigil's output");
+        serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
+    });
+    (child, lines)
+}
+
 pub fn json_lines(o: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&o.stdout)
         .lines()

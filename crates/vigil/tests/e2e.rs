@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -95,15 +95,11 @@ fn e2e_stalled_when_sigstopped_while_loading() {
     let s = start_server(&e, &fifo, port, &log, &[]);
     let mut c = vigil();
     c.args(["wait", "--json", "--stall", "2s", "--log"]).arg(&log).args(["--pid", &s.pid().to_string()]);
-    c.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let out = child.stdout.take().unwrap();
+    let (mut child, events) = spawn_json(c);
     let mut lines = Vec::new();
     let mut stopped_at_ms = None;
     let t0 = Instant::now();
-    for l in BufReader::new(out).lines() {
-        let l = l.unwrap();
-        let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+    for v in events {
         // the event: vigil reports the weights phase (it read the `loading model` line)
         if stopped_at_ms.is_none() && v["event"] == "phase" && v["phase"] == "weights" {
             signal(s.pid(), libc::SIGSTOP);
@@ -137,20 +133,15 @@ fn e2e_sigkill_under_wait_pid() {
     assert!(wait_for_text(&log, "loading model", T), "server never reached loading");
     let mut c = vigil();
     c.args(["wait", "--json", "--log"]).arg(&log).args(["--pid", &s.pid().to_string()]);
-    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut r = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, events) = spawn_json(c);
     let mut lines = Vec::new();
     let mut killed = false;
-    let mut buf = String::new();
-    while r.read_line(&mut buf).unwrap() > 0 {
-        let v: serde_json::Value = serde_json::from_str(buf.trim()).unwrap();
+    for v in events {
         if !killed && v["event"] == "phase" && v["phase"] == "weights" {
             signal(s.pid(), libc::SIGKILL);
             killed = true;
         }
         lines.push(v);
-        buf.clear();
     }
     let status = child.wait().unwrap();
     let v = verdict(&lines);
@@ -273,22 +264,15 @@ fn log_rotation_case(rename: bool) {
     let mut w = open();
     let mut c = vigil();
     c.args(["wait", "--json", "--echo", "--server", "llama-cpp", "--log"]).arg(&log);
-    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut r = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut events) = spawn_json(c);
     let mut seen: Vec<u32> = Vec::new();
-    let mut buf = String::new();
-    let mut next_line = |r: &mut BufReader<std::process::ChildStdout>| -> serde_json::Value {
-        buf.clear();
-        assert!(r.read_line(&mut buf).unwrap() > 0, "vigil ended early");
-        serde_json::from_str(buf.trim()).unwrap()
-    };
+    let mut next_line = || events.next().expect("vigil ended early");
     for i in 1..=500 {
         writeln!(w, "numbered line {i}").unwrap();
     }
     // wait (an event) until vigil has echoed line 500, then rotate
     loop {
-        let v = next_line(&mut r);
+        let v = next_line();
         if v["event"] == "line" {
             let n: u32 = v["text"].as_str().unwrap().trim_start_matches("numbered line ").parse().unwrap();
             seen.push(n);
@@ -306,7 +290,7 @@ fn log_rotation_case(rename: bool) {
     }
     // wait until vigil notices, then write the rest
     loop {
-        let v = next_line(&mut r);
+        let v = next_line();
         if v["event"] == "line" {
             seen.push(v["text"].as_str().unwrap().trim_start_matches("numbered line ").parse().unwrap());
         }
@@ -322,7 +306,7 @@ fn log_rotation_case(rename: bool) {
     }
     writeln!(w, "0.00.095.288 I srv  llama_server: model loaded").unwrap();
     loop {
-        let v = next_line(&mut r);
+        let v = next_line();
         if v["event"] == "line" {
             if let Ok(n) = v["text"].as_str().unwrap().trim_start_matches("numbered line ").parse::<u32>() {
                 seen.push(n);

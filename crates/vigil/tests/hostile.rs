@@ -222,24 +222,14 @@ fn logs_that_never_appear_or_are_deleted_and_recreated() {
     std::fs::write(&log, "0.00.001.000 I srv    load_model: loading model 'm.gguf'\n").unwrap();
     let mut c = vigil();
     c.args(["wait", "--json", "--echo", "--server", "llama-cpp", "--timeout", "20s", "--log"]).arg(&log);
-    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut l = String::new();
-    loop {
-        l.clear();
-        use std::io::BufRead;
-        assert!(out.read_line(&mut l).unwrap() > 0);
-        if l.contains("loading model") {
-            break;
-        }
-    }
+    let (mut child, mut events) = spawn_json(c);
+    // the echoed first line: the old file was read
+    while !events.next().expect("vigil ended early").to_string().contains("loading model") {}
     std::fs::remove_file(&log).unwrap();
     std::fs::write(&log, "0.00.002.000 I srv  llama_server: model loaded\n").unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert_eq!(wait_bounded(&mut child, T).code(), Some(0), "{rest}");
-    assert!(rest.contains("\"verdict\":\"ready\""), "{rest}");
+    let rest: Vec<serde_json::Value> = events.collect();
+    assert_eq!(wait_bounded(&mut child, T).code(), Some(0), "{rest:?}");
+    assert!(rest.iter().any(|v| v["verdict"] == "ready"), "{rest:?}");
 }
 
 fn up(state: &Path, args: &[&str], cmd: &[String]) -> Command {
@@ -314,17 +304,11 @@ fn e2e_signals_to_vigil_in_each_state() {
     // (b) waiting, with the server held by SIGSTOP while loading: SIGTERM → tree stopped (SIGKILL after grace)
     let d = TempDir::new("sig-b");
     let fifo = fifo_model(&d);
-    let mut c = up(&d.0, &["--name", "b", "--json", "--grace", "500ms"], &tiny(&e, &fifo));
-    c.stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut l = String::new();
+    let c = up(&d.0, &["--name", "b", "--json", "--grace", "500ms"], &tiny(&e, &fifo));
+    let (mut child, mut events) = spawn_json(c);
     let mut server = 0;
     loop {
-        l.clear();
-        use std::io::BufRead;
-        assert!(out.read_line(&mut l).unwrap() > 0);
-        let j: serde_json::Value = serde_json::from_str(&l).unwrap();
+        let j = events.next().expect("vigil ended early");
         if j["event"] == "launched" {
             server = j["pid"].as_i64().unwrap() as i32;
         }
@@ -338,18 +322,9 @@ fn e2e_signals_to_vigil_in_each_state() {
     assert!(all_dead(&d.0, "b"));
     // (c) after ready, in the foreground: SIGINT stops the server
     let d = TempDir::new("sig-c");
-    let mut c = up(&d.0, &["--name", "c", "--json"], &tiny(&e, &e.models.join("tiny.gguf")));
-    c.stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    loop {
-        l.clear();
-        use std::io::BufRead;
-        assert!(out.read_line(&mut l).unwrap() > 0);
-        if l.contains("\"verdict\":\"ready\"") {
-            break;
-        }
-    }
+    let c = up(&d.0, &["--name", "c", "--json"], &tiny(&e, &e.models.join("tiny.gguf")));
+    let (mut child, mut events) = spawn_json(c);
+    while events.next().expect("vigil ended early")["verdict"] != "ready" {}
     signal(child.id() as i32, libc::SIGINT);
     assert_eq!(wait_bounded(&mut child, T).code(), Some(0));
     assert!(all_dead(&d.0, "c"));

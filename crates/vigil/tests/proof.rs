@@ -3,9 +3,9 @@
 
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -179,14 +179,11 @@ fn e2e_watch_after_ready_unhealthy_and_crashed() {
             "--",
         ]);
         c.args(cmd(&e, port, &[]));
-        c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-        let mut child = c.spawn().unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
+        let (mut child, events) = spawn_json(c);
         let mut server = 0;
         let mut sent_at = None;
         let mut last = serde_json::Value::Null;
-        for l in out.lines() {
-            let j: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
+        for j in events {
             if j["event"] == "launched" {
                 server = j["pid"].as_i64().unwrap() as i32;
             }
@@ -240,14 +237,11 @@ fn e2e_systemd_notify_socket() {
     c.args(["wait", "--json", "--watch", "--log"])
         .arg(&log)
         .args(["--url", &format!("http://127.0.0.1:{port}/health")]);
-    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut events) = spawn_json(c);
     let mut verdict_at = None;
     let started = Instant::now();
     let mut continued = false;
-    for l in out.lines() {
-        let j: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
+    for j in events.by_ref() {
         if !continued && (started.elapsed() > Duration::from_millis(800) || j["event"] == "probe") {
             assert!(
                 !msgs.lock().unwrap().iter().any(|(_, m)| m.contains("READY=1")),
@@ -332,14 +326,9 @@ fn e2e_metrics_endpoint_scraped() {
     let mport = free_port();
     let mut c = v(&d.0);
     c.args(["up", "--name", "m", "--watch", "--json", "--metrics", &mport.to_string(), "--"]).args(cmd(&e, port, &[]));
-    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut l = String::new();
+    let (mut child, mut events) = spawn_json(c);
     loop {
-        l.clear();
-        assert!(out.read_line(&mut l).unwrap() > 0, "vigil ended early");
-        let j: serde_json::Value = serde_json::from_str(&l).unwrap();
+        let j = events.next().expect("vigil ended early");
         if j["event"] == "verdict" {
             assert_eq!(j["verdict"], "ready");
             break;

@@ -197,13 +197,10 @@ fn e2e_sigint_to_foreground_up_term_then_kill_after_grace() {
     cmd[2] = fifo.display().to_string();
     let mut c = v(&d.0);
     c.args(["up", "--name", "u4", "--json", "--grace", "1500ms", "--"]).args(&cmd);
-    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, events) = spawn_json(c);
     let mut sent = false;
     let mut server = 0;
-    for l in out.lines() {
-        let j: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
+    for j in events {
         if j["event"] == "launched" {
             server = j["pid"].as_i64().unwrap() as i32;
         }
@@ -243,13 +240,10 @@ fn e2e_sigkill_while_loading_under_up_is_crashed_killed() {
     cmd[2] = fifo.display().to_string();
     let mut c = v(&d.0);
     c.args(["up", "--name", "u5", "--json", "--"]).args(&cmd);
-    c.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, events) = spawn_json(c);
     let mut server = 0;
     let mut lines = Vec::new();
-    for l in out.lines() {
-        let j: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
+    for j in events {
         if j["event"] == "launched" {
             server = j["pid"].as_i64().unwrap() as i32;
         }

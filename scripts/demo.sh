@@ -3,7 +3,12 @@
 # watch it come up, look at it with status/logs, stop it with proof; then one that dies on a truncated model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/setup.sh | sed 's/^/export /')"
+# setup.sh prints only KEY=VALUE lines on stdout (everything else goes to stderr); a failure stops here.
+setup_env=$(scripts/setup.sh)
+while IFS='=' read -r k v; do
+  [[ $k =~ ^[A-Z_][A-Z0-9_]*$ ]] || { echo "scripts/setup.sh printed a line that is not KEY=VALUE: $k=$v" >&2; exit 1; }
+  export "$k=$v"
+done <<<"$setup_env"
 cargo build --release -q
 V=$PWD/target/release/vigil
 export VIGIL_STATE_DIR=$(mktemp -d)

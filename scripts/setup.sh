@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Builds (once) the real test server: llama.cpp's llama-server from the llama-cpp-python sdist on PyPI,
 # plus tiny random-weight GGUF models. Everything is cached under ~/.cache/vigil/, keyed by version,
-# so a second run does nothing. Prints the env lines tests read (VIGIL_LLAMA_SERVER, VIGIL_MODELS).
+# so a second run does nothing.
+#
+# stdout carries only KEY=VALUE lines (VIGIL_LLAMA_SERVER, VIGIL_MODELS), which the callers turn into
+# `export` lines; everything else goes to stderr. The whole script runs with stdout pointed at stderr
+# (fd 3 keeps the real stdout for the final lines), so no step can break that rule by printing.
 set -euo pipefail
+exec 3>&1 1>&2
 LLAMA_CPP_PY_VERSION=0.3.36
 GGUF_VERSION=0.19.0
 MODELS_VERSION=v3
@@ -39,8 +44,20 @@ if [ ! -x "$BUILD/bin/llama-server" ]; then
     -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >"$CACHE/llama-build.log" 2>&1 \
     || { tail -30 "$CACHE/llama-build.log" >&2; exit 1; }
-  "$VENV/bin/cmake" --build "$BUILD.tmp/build" --target llama-server -j "$(nproc)" >>"$CACHE/llama-build.log" 2>&1 \
-    || { tail -30 "$CACHE/llama-build.log" >&2; exit 1; }
+  log "compiling (about 11 minutes on 2 cores; progress every 30 s; full log: $CACHE/llama-build.log)"
+  # ninja prints [k/n] per compiled file: report the last one as a percentage while the build runs.
+  "$VENV/bin/cmake" --build "$BUILD.tmp/build" --target llama-server -j "$(nproc)" >>"$CACHE/llama-build.log" 2>&1 &
+  build_pid=$!
+  start=$SECONDS
+  while kill -0 "$build_pid" 2>/dev/null; do
+    for _ in $(seq 30); do kill -0 "$build_pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$build_pid" 2>/dev/null || break
+    step=$(grep -oE '^\[[0-9]+/[0-9]+\]' "$CACHE/llama-build.log" | tail -1 | tr -d '[]' || true)
+    if [ -n "$step" ]; then
+      log "llama-server build: $((100 * ${step%/*} / ${step#*/}))% (${step} files, $((SECONDS - start)) s)"
+    fi
+  done
+  wait "$build_pid" || { tail -30 "$CACHE/llama-build.log"; exit 1; }
   mkdir -p "$BUILD.tmp/bin"
   cp "$BUILD.tmp/build/bin/llama-server" "$BUILD.tmp/bin/"
   cp "$LL/models/ggml-vocab-llama-spm.gguf" "$LL/models/ggml-vocab-gpt-2.gguf" "$BUILD.tmp/" 2>/dev/null || true
@@ -57,5 +74,5 @@ if [ ! -f "$MODELS/.done" ]; then
   touch "$MODELS/.done"
 fi
 
-echo "VIGIL_LLAMA_SERVER=$BUILD/bin/llama-server"
-echo "VIGIL_MODELS=$MODELS"
+echo "VIGIL_LLAMA_SERVER=$BUILD/bin/llama-server" >&3
+echo "VIGIL_MODELS=$MODELS" >&3

@@ -4,7 +4,12 @@
 # unprivileged user (users are not root). Prints how many end-to-end tests ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/setup.sh | sed 's/^/export /')"
+# setup.sh prints only KEY=VALUE lines on stdout (everything else goes to stderr); a failure stops here.
+setup_env=$(scripts/setup.sh)
+while IFS='=' read -r k v; do
+  [[ $k =~ ^[A-Z_][A-Z0-9_]*$ ]] || { echo "scripts/setup.sh printed a line that is not KEY=VALUE: $k=$v" >&2; exit 1; }
+  export "$k=$v"
+done <<<"$setup_env"
 echo "== llama-server: $VIGIL_LLAMA_SERVER"
 
 # The SSH tests start Debian's real sshd on loopback ports; the portable-build test reads objdump -T.

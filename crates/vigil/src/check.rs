@@ -27,6 +27,26 @@ pub struct Finding {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// For an error: the evidence that the server itself refuses these inputs (a test against the real
+    /// server, or the golden table of the server's own code). `None`: not confirmed, and `vigil up`
+    /// treats the error as a warning and launches (the safety valve: a false refusal is the worst bug).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmed: Option<&'static str>,
+}
+
+/// Evidence for the errors that `vigil up` may refuse a launch on. Every other error is advisory until
+/// the golden table of the servers' own code confirms it (issue #13).
+pub mod evidence {
+    /// llama-server stops on a truncated or non-GGUF model: `tests/check.rs`
+    /// `e2e_gguf_draft_vocab_and_truncated_model` and `scripts/demo.sh` run the real server on them.
+    pub const GGUF_REAL_SERVER: &str = "the real llama-server stops on this file (tests/check.rs, e2e)";
+    /// SGLang >= 0.5.1 raises `Target model's context_length ... is greater than the derived
+    /// context_length` (python/sglang/srt/configs/model_config.py) unless the variable is set; seen in the
+    /// field case's log. Only with a known installed version.
+    pub const SGLANG_DRAFT_CONTEXT: &str =
+        "SGLang >= 0.5.1 raises in ModelConfig (sglang/srt/configs/model_config.py), installed version read";
+    /// A local model path (not a Hugging Face id) that does not exist: every server stops at load.
+    pub const MISSING_LOCAL_PATH: &str = "a local path that does not exist: every server stops at load";
 }
 
 #[derive(Default)]
@@ -38,10 +58,24 @@ pub struct Report {
 
 impl Report {
     pub fn add(&mut self, severity: Severity, rule: &str, message: impl Into<String>, fix: Option<String>) {
-        self.findings.push(Finding { severity, rule: rule.into(), message: message.into(), fix });
+        self.findings.push(Finding { severity, rule: rule.into(), message: message.into(), fix, confirmed: None });
+    }
+    /// An error the server is known to refuse (see [`evidence`]): the only kind `vigil up` stops on.
+    pub fn add_confirmed(&mut self, rule: &str, message: impl Into<String>, fix: Option<String>, by: &'static str) {
+        self.findings.push(Finding {
+            severity: Severity::Error,
+            rule: rule.into(),
+            message: message.into(),
+            fix,
+            confirmed: Some(by),
+        });
     }
     pub fn errors(&self) -> usize {
         self.findings.iter().filter(|f| f.severity == Severity::Error).count()
+    }
+    /// Errors confirmed against the server: `vigil up` launches nothing when there is one.
+    pub fn blocking(&self) -> usize {
+        self.findings.iter().filter(|f| f.severity == Severity::Error && f.confirmed.is_some()).count()
     }
     pub fn warnings(&self) -> usize {
         self.findings.iter().filter(|f| f.severity == Severity::Warning).count()
@@ -242,13 +276,23 @@ fn hf_cache_dirs() -> Vec<PathBuf> {
     v
 }
 
+/// Why a model argument resolved to no local directory.
+enum Unresolved {
+    /// A path (absolute or `./`, `../`, `~`) that does not exist: every server stops at load.
+    Missing(String),
+    /// A name that may be a Hugging Face id not (yet) in the local cache: the server downloads it
+    /// (or resumes an `.incomplete` blob) unless offline mode is set.
+    NotCached(String),
+}
+
 /// A model argument → a local directory: the path itself, or the newest snapshot in the HF cache.
-fn resolve_model(m: &str, cwd: &Path) -> Result<(PathBuf, Option<PathBuf>), String> {
+fn resolve_model(m: &str, cwd: &Path) -> Result<(PathBuf, Option<PathBuf>), Unresolved> {
     let p = cwd.join(m);
     if p.exists() {
         return Ok((p, None));
     }
-    if m.matches('/').count() == 1 && !m.starts_with('/') && !m.starts_with('.') {
+    let path_like = m.starts_with('/') || m.starts_with("./") || m.starts_with("../") || m.starts_with('~');
+    if !path_like && m.matches('/').count() <= 1 {
         let name = format!("models--{}", m.replace('/', "--"));
         for c in hf_cache_dirs() {
             let repo = c.join(&name);
@@ -261,12 +305,45 @@ fn resolve_model(m: &str, cwd: &Path) -> Result<(PathBuf, Option<PathBuf>), Stri
                 }
             }
         }
-        return Err(format!(
-            "'{m}' is neither a local path nor in the Hugging Face cache ({}); vigil never downloads",
+        return Err(Unresolved::NotCached(format!(
+            "'{m}' is not a local path and not in the Hugging Face cache ({})",
             hf_cache_dirs().iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        ));
+        )));
     }
-    Err(format!("model path {} does not exist", p.display()))
+    Err(Unresolved::Missing(format!("model path {} does not exist", p.display())))
+}
+
+/// Reports a model that did not resolve: a missing path is an error the servers confirm; a name that
+/// may be a Hugging Face id is downloaded by the server, so only a warning, unless offline mode is on.
+fn report_unresolved(u: Unresolved, rule: &str, env: &[(String, String)], rep: &mut Report) {
+    match u {
+        Unresolved::Missing(m) => rep.add_confirmed(rule, m, None, evidence::MISSING_LOCAL_PATH),
+        Unresolved::NotCached(m) => {
+            let offline =
+                ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"].iter().find(|k| env_get(env, k).is_some_and(env_true));
+            match offline {
+                Some(k) => rep.add(
+                    Severity::Error,
+                    rule,
+                    format!("{m}; {k} is set, so the server cannot download it"),
+                    Some(format!("download it first, or unset {k}")),
+                ),
+                None => rep.add(
+                    Severity::Warning,
+                    rule,
+                    format!("{m}: the server will download it (config checks skipped; vigil never downloads)"),
+                    None,
+                ),
+            }
+        }
+    }
+}
+
+/// A boolean environment value as the servers read them. vLLM's `envs.py` takes `1` and `true`; SGLang's
+/// `get_bool_env_var` takes `true` and `1`, and recent releases also `yes` and `y` (case-insensitive). The
+/// widest set is taken: reading a value as "set" can only turn an error into a warning, never refuse.
+fn env_true(v: &str) -> bool {
+    matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "y")
 }
 
 fn load_config(dir: &Path) -> Result<Config, String> {
@@ -415,13 +492,15 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
         rep.add(Severity::Error, "model", "no model given (--model-path / vllm serve MODEL)", None);
         return;
     };
-    let target = match resolve_model(m, inp.cwd).and_then(|(d, repo)| {
-        if let Some(repo) = &repo {
-            check_incomplete_blobs(repo, rep);
-        }
-        check_shards(&d, rep);
-        load_config(&d)
-    }) {
+    let (d, repo) = match resolve_model(m, inp.cwd) {
+        Ok(x) => x,
+        Err(u) => return report_unresolved(u, "model", inp.env, rep),
+    };
+    if let Some(repo) = &repo {
+        check_incomplete_blobs(repo, rep);
+    }
+    check_shards(&d, rep);
+    let target = match load_config(&d) {
         Ok(c) => c,
         Err(e) => {
             rep.add(Severity::Error, "model", e, None);
@@ -449,12 +528,12 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
     // vLLM --max-model-len against the model.
     if !sglang {
         if let Some(mml) = l.max_model_len {
-            if mml > tctx.value && env_get(inp.env, "VLLM_ALLOW_LONG_MAX_MODEL_LEN") != Some("1") {
+            if mml > tctx.value && !env_get(inp.env, "VLLM_ALLOW_LONG_MAX_MODEL_LEN").is_some_and(env_true) {
                 rep.add(Severity::Error, "max-model-len", format!("--max-model-len {mml} exceeds the model's context {} ({})", tctx.value, tctx.how), Some(format!("use --max-model-len <= {}, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if you know the model extrapolates", tctx.value)));
             }
         }
     } else if let Some(cl) = l.context_length {
-        if cl > tctx.value && env_get(inp.env, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") != Some("1") {
+        if cl > tctx.value && !env_get(inp.env, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN").is_some_and(env_true) {
             rep.add(
                 Severity::Error,
                 "context-length",
@@ -470,12 +549,15 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
     let mtp = matches!(algo.as_str(), "NEXTN" | "MTP" | "DEEPSEEK_MTP")
         || target.json.get("num_nextn_predict_layers").and_then(|v| v.as_u64()).unwrap_or(0) > 0 && l.draft.is_none();
     let draft = match &l.draft {
-        Some(d) => match resolve_model(d, inp.cwd).and_then(|(p, _)| load_config(&p)) {
-            Ok(c) => c,
-            Err(e) => {
-                rep.add(Severity::Error, "draft-model", e, None);
-                return;
-            }
+        Some(d) => match resolve_model(d, inp.cwd) {
+            Err(u) => return report_unresolved(u, "draft-model", inp.env, rep),
+            Ok((p, _)) => match load_config(&p) {
+                Ok(c) => c,
+                Err(e) => {
+                    rep.add(Severity::Error, "draft-model", e, None);
+                    return;
+                }
+            },
         },
         None if mtp || algo == "NGRAM" => return,
         None => {
@@ -519,12 +601,17 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
             }
         ));
         if sglang {
-            let allowed = env_get(inp.env, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") == Some("1");
+            let allowed = env_get(inp.env, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN").is_some_and(env_true);
             let old = rep.version.as_deref().is_some_and(|v| version_tuple(v) < vec![0, 5, 1]);
             if allowed || old {
                 rep.add(Severity::Warning, "draft-context", format!("{msg}; SGLang {} runs on with the draft overridden: speculation degrades past the draft's window{}", rep.version.clone().unwrap_or_else(|| "(unknown version)".into()), if old { " and 0.4.x risks illegal memory access at runtime (sglang#9388)" } else { "" }), fix);
             } else {
-                rep.add(Severity::Error, "draft-context", format!("{msg}; SGLang >= 0.5.1 stops with `Target model's context_length ... is greater than the derived context_length` after the target has loaded and captured its graphs"), fix);
+                let msg = format!("{msg}; SGLang >= 0.5.1 stops with `Target model's context_length ... is greater than the derived context_length` after the target has loaded and captured its graphs");
+                if rep.version.is_some() {
+                    rep.add_confirmed("draft-context", msg, fix, evidence::SGLANG_DRAFT_CONTEXT);
+                } else {
+                    rep.add(Severity::Error, "draft-context", msg, fix);
+                }
             }
         } else {
             rep.add(
@@ -697,11 +784,11 @@ fn gguf_finding(path: &Path, rep: &mut Report) -> Option<gguf::GgufInfo> {
             None
         }
         Err(e) => {
-            rep.add(
-                Severity::Error,
+            rep.add_confirmed(
                 "model-file",
                 format!("{}: {e}", path.display()),
                 Some("download the model again and compare its size or sha256".into()),
+                evidence::GGUF_REAL_SERVER,
             );
             None
         }
@@ -890,24 +977,56 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
     }
 }
 
+/// The preflight gate of `vigil up` (local and over SSH): prints the report when it has errors and
+/// says whether to refuse. Only confirmed errors refuse; the others are shown and the launch goes on,
+/// with one line saying so.
+pub fn gate(rep: &Report, json: bool, where_: &str) -> Option<String> {
+    if rep.errors() == 0 {
+        return None;
+    }
+    print(rep, json);
+    let n = rep.blocking();
+    if n > 0 {
+        return Some(format!(
+            "preflight check found {n} error(s){where_} that the server is known to refuse; not launching (--no-check to skip)"
+        ));
+    }
+    eprintln!(
+        "vigil: warning: preflight check found {} error(s){where_} not yet confirmed against the server's own code; launching anyway",
+        rep.errors()
+    );
+    None
+}
+
 pub fn print(rep: &Report, json: bool) {
     if json {
-        let v = serde_json::json!({"event": "check", "server": rep.server, "version": rep.version, "findings": rep.findings, "errors": rep.errors(), "warnings": rep.warnings()});
+        let v = serde_json::json!({"event": "check", "server": rep.server, "version": rep.version, "findings": rep.findings, "errors": rep.errors(), "blocking": rep.blocking(), "warnings": rep.warnings()});
         out_line(&v.to_string());
         return;
     }
     for f in &rep.findings {
         let tag = match f.severity {
+            Severity::Error if f.confirmed.is_none() => "ERROR?",
             Severity::Error => "ERROR",
-            Severity::Warning => "WARN ",
-            Severity::Info => "info ",
+            Severity::Warning => "WARN  ",
+            Severity::Info => "info  ",
         };
         out_line(&format!("{tag} [{}] {}", f.rule, f.message));
         if let Some(fix) = &f.fix {
             out_line(&format!("      fix: {fix}"));
         }
     }
-    out_line(&format!("vigil check: {} error(s), {} warning(s)", rep.errors(), rep.warnings()));
+    let unconfirmed = rep.errors() - rep.blocking();
+    out_line(&format!(
+        "vigil check: {} error(s){}, {} warning(s)",
+        rep.errors(),
+        if unconfirmed > 0 {
+            format!(" ({unconfirmed} marked ERROR? not confirmed against the server: `vigil up` launches anyway)")
+        } else {
+            String::new()
+        },
+        rep.warnings()
+    ));
 }
 
 pub fn run(

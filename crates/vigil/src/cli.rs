@@ -59,27 +59,33 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Stall limits from the command line: one for every phase, and per-phase ones (ms).
 pub type Stalls = (Option<u64>, Vec<(Phase, u64)>);
 
-/// `--stall DUR` (every phase) or `--stall PHASE=DUR`.
-pub fn parse_stalls(v: &[String]) -> Result<Stalls, CliError> {
-    let mut all = None;
-    let mut per = Vec::new();
-    for s in v {
-        match s.split_once('=') {
-            Some((p, d)) => {
-                let phase = Phase::parse(p.trim()).ok_or_else(|| {
-                    let names: Vec<_> = Phase::ALL.iter().map(|p| p.as_str()).collect();
-                    CliError::usage(format!("--stall: unknown phase '{p}' (one of {})", names.join(", ")))
-                })?;
-                let d = parse_duration(d).map_err(|e| CliError::usage(format!("--stall: {e}")))?;
-                per.push((phase, d.as_millis() as u64));
-            }
-            None => {
-                let d = parse_duration(s).map_err(|e| CliError::usage(format!("--stall: {e}")))?;
-                all = Some(d.as_millis() as u64);
-            }
+/// One `--stall` flag, parsed when the command line is (so a bad one stops before any launch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stall {
+    /// `None`: every phase.
+    pub phase: Option<Phase>,
+    pub ms: u64,
+}
+
+/// `--stall DUR` (every phase) or `--stall PHASE=DUR`: clap's value parser.
+pub fn parse_stall(s: &str) -> Result<Stall, String> {
+    match s.split_once('=') {
+        Some((p, d)) => {
+            let phase = Phase::parse(p.trim()).ok_or_else(|| {
+                let names: Vec<_> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+                format!("unknown phase '{p}' (one of {})", names.join(", "))
+            })?;
+            Ok(Stall { phase: Some(phase), ms: parse_duration(d)?.as_millis() as u64 })
         }
+        None => Ok(Stall { phase: None, ms: parse_duration(s)?.as_millis() as u64 }),
     }
-    Ok((all, per))
+}
+
+/// The stall flags as one limit for every phase (the last given) and per-phase ones.
+pub fn parse_stalls(v: &[Stall]) -> Stalls {
+    let all = v.iter().filter(|s| s.phase.is_none()).map(|s| s.ms).next_back();
+    let per = v.iter().filter_map(|s| s.phase.map(|p| (p, s.ms))).collect();
+    (all, per)
 }
 
 fn profile_dirs(extra: &[PathBuf]) -> Vec<PathBuf> {
@@ -152,9 +158,11 @@ mod tests {
 
     #[test]
     fn stalls() {
-        let (a, p) = parse_stalls(&["2s".into(), "cuda_graphs=10m".into()]).unwrap();
+        let v = [parse_stall("2s").unwrap(), parse_stall("cuda_graphs=10m").unwrap()];
+        let (a, p) = parse_stalls(&v);
         assert_eq!(a, Some(2000));
         assert_eq!(p, vec![(Phase::CudaGraphs, 600_000)]);
-        assert!(parse_stalls(&["bogus=1s".into()]).is_err());
+        assert!(parse_stall("bogus=1s").is_err());
+        assert!(parse_stall("weights=soon").is_err());
     }
 }

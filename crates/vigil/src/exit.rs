@@ -43,21 +43,104 @@ pub fn for_verdict(v: Verdict) -> i32 {
     }
 }
 
-/// Severity order for several verdicts (diagnose of several files): the worst wins.
+/// Every exit code as a type, with an explicit severity order for commands that report several
+/// outcomes in one code (a fleet, several hosts, several files): the most severe wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Exit {
+    // Declaration order is the severity order, least severe first.
+    Ready,
+    /// Ready but degraded: the server serves, so it ranks below every failure.
+    Degraded,
+    Starting,
+    Timeout,
+    Unhealthy,
+    Stalled,
+    Crashed,
+    /// Nothing was launched (port taken, earlier run alive; check errors).
+    Refused,
+    CheckFailed,
+    NotStopped,
+    Unreachable,
+    Usage,
+    Internal,
+    /// The person stopped the whole command: it outranks what any host said.
+    Interrupted,
+}
+
+impl Exit {
+    pub const ALL: [Exit; 14] = [
+        Exit::Ready,
+        Exit::Degraded,
+        Exit::Starting,
+        Exit::Timeout,
+        Exit::Unhealthy,
+        Exit::Stalled,
+        Exit::Crashed,
+        Exit::Refused,
+        Exit::CheckFailed,
+        Exit::NotStopped,
+        Exit::Unreachable,
+        Exit::Usage,
+        Exit::Internal,
+        Exit::Interrupted,
+    ];
+
+    pub fn code(self) -> i32 {
+        match self {
+            Exit::Ready => READY,
+            Exit::Degraded => DEGRADED,
+            Exit::Starting => STARTING,
+            Exit::Timeout => TIMEOUT,
+            Exit::Unhealthy => UNHEALTHY,
+            Exit::Stalled => STALLED,
+            Exit::Crashed => CRASHED,
+            Exit::Refused => REFUSED,
+            Exit::CheckFailed => CHECK_FAILED,
+            Exit::NotStopped => NOT_STOPPED,
+            Exit::Unreachable => UNREACHABLE,
+            Exit::Usage => USAGE,
+            Exit::Internal => INTERNAL,
+            Exit::Interrupted => INTERRUPTED,
+        }
+    }
+
+    /// The code's meaning; an unknown code is an internal error.
+    pub fn from_code(c: i32) -> Exit {
+        Exit::ALL.into_iter().find(|e| e.code() == c).unwrap_or(Exit::Internal)
+    }
+}
+
+/// The more severe of two exit codes (see [`Exit`]'s order).
 pub fn worst(a: i32, b: i32) -> i32 {
-    let rank = |c: i32| match c {
-        READY => 0,
-        STARTING => 1,
-        UNHEALTHY => 2,
-        TIMEOUT => 3,
-        STALLED => 4,
-        CRASHED => 5,
-        UNREACHABLE => 6,
-        _ => 7,
-    };
-    if rank(b) > rank(a) {
-        b
-    } else {
-        a
+    Exit::from_code(a).max(Exit::from_code(b)).code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_distinct() {
+        for e in Exit::ALL {
+            assert_eq!(Exit::from_code(e.code()), e);
+        }
+        let mut codes: Vec<i32> = Exit::ALL.iter().map(|e| e.code()).collect();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), Exit::ALL.len());
+    }
+
+    /// Issue #14: a fleet where one host crashed and another is degraded exits 3, not 11.
+    #[test]
+    fn crashed_outranks_degraded_and_every_verdict_outranks_ready() {
+        assert_eq!(worst(DEGRADED, CRASHED), CRASHED);
+        assert_eq!(worst(CRASHED, DEGRADED), CRASHED);
+        assert_eq!(worst(READY, DEGRADED), DEGRADED);
+        assert_eq!(worst(STALLED, CRASHED), CRASHED);
+        assert_eq!(worst(CRASHED, UNREACHABLE), UNREACHABLE);
+        assert_eq!(worst(UNREACHABLE, INTERRUPTED), INTERRUPTED);
+        for e in Exit::ALL {
+            assert_eq!(worst(READY, e.code()), e.code());
+        }
     }
 }

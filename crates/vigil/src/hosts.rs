@@ -401,16 +401,8 @@ async fn launch(
     }
     if !a.no_check {
         let r = check_report(conn, &argv_s, kind.clone(), &env, profiles).await?;
-        if r.errors() > 0 {
-            crate::check::print(&r, a.json);
-            return Ok(Err((
-                exit::CHECK_FAILED,
-                format!(
-                    "preflight check found {} error(s) on {}; not launching (--no-check to skip)",
-                    r.errors(),
-                    conn.dest
-                ),
-            )));
+        if let Some(why) = crate::check::gate(&r, a.json, &format!(" on {}", conn.dest)) {
+            return Ok(Err((exit::CHECK_FAILED, why)));
         }
     }
     let script = remote::launch_script(conn, name, argv, &env, &shown, port, kind.as_deref());

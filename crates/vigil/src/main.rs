@@ -278,8 +278,8 @@ struct WaitFlags {
     #[arg(long, value_name = "VAR")]
     api_key_env: Option<String>,
     /// Stall limit: DUR for every phase, or PHASE=DUR (repeatable).
-    #[arg(long, value_name = "[PHASE=]DUR")]
-    stall: Vec<String>,
+    #[arg(long, value_name = "[PHASE=]DUR", value_parser = cli::parse_stall)]
+    stall: Vec<cli::Stall>,
     #[arg(long)]
     json: bool,
     #[arg(long, short)]
@@ -386,8 +386,9 @@ struct UpFlags {
     grace: std::time::Duration,
     #[arg(long, default_value = "2h", value_parser = parse_duration)]
     timeout: std::time::Duration,
-    #[arg(long, value_name = "[PHASE=]DUR")]
-    stall: Vec<String>,
+    /// Stall limit: DUR for every phase, or PHASE=DUR (repeatable).
+    #[arg(long, value_name = "[PHASE=]DUR", value_parser = cli::parse_stall)]
+    stall: Vec<cli::Stall>,
     /// Rotate the run log at this size (bytes; suffixes k, m).
     #[arg(long, default_value = "64m", value_parser = parse_size)]
     log_max_size: u64,
@@ -412,8 +413,11 @@ struct UpFlags {
 }
 
 impl UpFlags {
-    fn into_args(self, cmd: Vec<String>) -> up::UpArgs {
-        up::UpArgs {
+    /// The launch settings, resolved before anything runs: the `--metrics` port is bound here, so a taken
+    /// one is a usage error before a server is launched.
+    fn into_args(self, cmd: Vec<String>) -> Result<up::UpArgs, CliError> {
+        let metrics_listener = self.proof.metrics.map(metrics::bind).transpose()?;
+        Ok(up::UpArgs {
             name: self.name,
             detach: self.detach,
             keep: self.keep,
@@ -434,10 +438,11 @@ impl UpFlags {
                 let mut w = wait::Args::new();
                 self.proof.apply(&mut w);
                 w.interval = self.interval.max(std::time::Duration::from_millis(10));
+                w.metrics_listener = metrics_listener;
                 w
             },
             cmd,
-        }
+        })
     }
 }
 
@@ -535,9 +540,9 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            runtime()?.block_on(up::up(f.into_args(cmd), profiles))
+            runtime()?.block_on(up::up(f.into_args(cmd)?, profiles))
         }
-        Cmd::Restart { name, up: f } => runtime()?.block_on(up::restart(&name, f.into_args(vec![]), profiles)),
+        Cmd::Restart { name, up: f } => runtime()?.block_on(up::restart(&name, f.into_args(vec![])?, profiles)),
         Cmd::Down { names, all, pid, grace, json } => up::down(names, all, pid, grace, json),
         Cmd::Status { json } => up::status(json, &profiles),
         Cmd::Logs { name, follow, lines } => up::logs(&name, follow, lines),
@@ -621,7 +626,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
         Cmd::Up { up: f, cmd } => {
             check_server(&profiles, &f.server)?;
             let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
-            rt.block_on(hosts::up(hs, f.into_args(vec![]), argv, profiles))
+            rt.block_on(hosts::up(hs, f.into_args(vec![])?, argv, profiles))
         }
         Cmd::Wait { name, f } => {
             if f.log.is_some() || f.log_cmd.is_some() || f.pid.is_some() {

@@ -34,6 +34,14 @@ pub struct Metrics {
     server: Arc<Mutex<String>>,
 }
 
+/// Binds `--metrics ADDR` now: settings are resolved before any side effect, so a taken port is a usage
+/// error before a server is launched (issue #14).
+pub fn bind(addr: std::net::SocketAddr) -> Result<std::sync::Arc<std::net::TcpListener>, crate::cli::CliError> {
+    std::net::TcpListener::bind(addr)
+        .map(std::sync::Arc::new)
+        .map_err(|e| crate::cli::CliError::usage(format!("--metrics {addr}: {e}")))
+}
+
 impl Metrics {
     pub fn new(restart_count: u64) -> Metrics {
         let (phase, verdict) = (Family::default(), Family::default());
@@ -97,8 +105,11 @@ impl Metrics {
     }
 
     /// Serves GET /metrics on `addr` until the runtime ends.
-    pub async fn serve(self, addr: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
-        let l = tokio::net::TcpListener::bind(addr).await?;
+    /// Serves on a listener bound earlier by [`bind`] (before anything was launched).
+    pub fn serve(self, l: &std::net::TcpListener) -> std::io::Result<std::net::SocketAddr> {
+        let l = l.try_clone()?;
+        l.set_nonblocking(true)?;
+        let l = tokio::net::TcpListener::from_std(l)?;
         let local = l.local_addr()?;
         tokio::spawn(async move {
             loop {

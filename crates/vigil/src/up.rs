@@ -23,7 +23,7 @@ pub struct UpArgs {
     pub server: Option<String>,
     pub grace: Duration,
     pub timeout: Duration,
-    pub stall: Vec<String>,
+    pub stall: Vec<crate::cli::Stall>,
     pub json: bool,
     pub quiet: bool,
     pub log_max_bytes: u64,
@@ -192,12 +192,8 @@ async fn launch(
             &crate::check::Inputs { argv: &argv, server: kind.clone(), env: &env, cwd: &cwd, local_machine: true },
             &profiles,
         )?;
-        if rep.errors() > 0 {
-            crate::check::print(&rep, a.json);
-            eprintln!(
-                "vigil: error: preflight check found {} error(s); not launching (--no-check to skip)",
-                rep.errors()
-            );
+        if let Some(why) = crate::check::gate(&rep, a.json, "") {
+            eprintln!("vigil: error: {why}");
             return Ok(exit::CHECK_FAILED);
         }
     }

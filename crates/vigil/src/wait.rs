@@ -34,7 +34,7 @@ pub struct Args {
     pub interval: Duration,
     pub probe_timeout: Option<Duration>,
     pub api_key_env: Option<String>,
-    pub stall: Vec<String>,
+    pub stall: Vec<crate::cli::Stall>,
     pub json: bool,
     pub quiet: bool,
     pub echo: bool,
@@ -55,6 +55,8 @@ pub struct Args {
     /// Watch: a generation probe this often.
     pub generate_every: Duration,
     pub metrics: Option<std::net::SocketAddr>,
+    /// The `--metrics` listener when `up` bound it before launching.
+    pub metrics_listener: Option<std::sync::Arc<std::net::TcpListener>>,
     pub restarts: u64,
     /// GPU sampling interval (when a GPU reader and a pid exist).
     pub gpu_interval: Duration,
@@ -92,6 +94,7 @@ impl Args {
             unhealthy_after: Duration::from_secs(30),
             generate_every: Duration::from_secs(60),
             metrics: None,
+            metrics_listener: None,
             restarts: 0,
             gpu_interval: Duration::from_secs(2),
             remote: None,
@@ -207,7 +210,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     }
     let wants_spec = proof::wants_speculation(&argv);
     let generate = a.generate && target.is_some() && !dummy_health;
-    let (stall_all, stall_per) = parse_stalls(&a.stall)?;
+    let (stall_all, stall_per) = parse_stalls(&a.stall);
     let mut cfg = JudgeConfig {
         live: true,
         require_probe: target.is_some(),
@@ -241,7 +244,11 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let metrics = match a.metrics {
         Some(addr) => {
             let m = Metrics::new(a.restarts);
-            let local = m.clone().serve(addr).await.map_err(|e| CliError::usage(format!("--metrics {addr}: {e}")))?;
+            let l = match &a.metrics_listener {
+                Some(l) => l.clone(),
+                None => crate::metrics::bind(addr)?,
+            };
+            let local = m.clone().serve(&l).map_err(|e| CliError::usage(format!("--metrics {addr}: {e}")))?;
             rep.note(0, &format!("metrics on http://{local}/metrics"));
             Some(m)
         }

@@ -425,3 +425,114 @@ fn without_gpus_every_command_says_gpu_checks_skipped() {
         String::from_utf8_lossy(&o.stdout)
     );
 }
+
+/// The safety valve (issue #13): an error not confirmed against the server's own code is shown, and
+/// `vigil up` launches anyway. The launched program is a stand-in named `sglang.launch_server` (a
+/// Python module that records its start and exits 1): only the launch decision is under test here.
+#[test]
+fn up_launches_despite_an_unconfirmed_error() {
+    let d = TempDir::new("valve");
+    let pkg = d.0.join("py/sglang");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("__init__.py"), "").unwrap();
+    let marker = d.0.join("launched");
+    std::fs::write(
+        pkg.join("launch_server.py"),
+        format!("open({:?}, 'w').write('yes')\nraise SystemExit(1)\n", marker.display().to_string()),
+    )
+    .unwrap();
+    // --tp 3 does not divide 32 heads: check reports an error, not confirmed by the server's own code.
+    let m = model_dir(&d.0, "llama", &public("llama-3.1-8b-instruct.json"));
+    let argv: Vec<String> = ["python3", "-m", "sglang.launch_server", "--model-path", &m.display().to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--tp".into(), "3".into(), "--port".into(), free_port().to_string()])
+        .collect();
+    let (code, v) = check(&argv, &[]);
+    assert_eq!(code, 10, "check itself still reports the error: {v}");
+    let e = findings(&v, "error");
+    assert!(e.iter().any(|f| f["rule"] == "tp-heads" && f.get("confirmed").is_none()), "{v}");
+    assert_eq!(v["blocking"], 0, "{v}");
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", d.0.join("state"))
+        .env("PYTHONPATH", d.0.join("py"))
+        .args(["up", "--name", "valve", "--no-probe", "--"])
+        .args(&argv);
+    let o = run_bounded(c, T);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_ne!(o.status.code(), Some(10), "refused on an unconfirmed error: {out}{err}");
+    assert!(marker.exists(), "the server was not launched: {out}{err}");
+    assert!(err.contains("launching anyway"), "{err}");
+    assert!(out.contains("ERROR? [tp-heads]"), "{out}");
+}
+
+/// B4: the servers read `true` (and SGLang `yes`) as set, not only `1`.
+#[test]
+fn allow_long_context_env_accepts_true() {
+    let d = TempDir::new("truthy");
+    let m = model_dir(&d.0, "llama", &public("llama-3.1-8b-instruct.json"));
+    let mut argv: Vec<String> = ["python3", "-m", "sglang.launch_server", "--model-path"].map(String::from).to_vec();
+    argv.extend([m.display().to_string(), "--context-length".into(), "262144".into()]);
+    let (code, v) = check(&argv, &[]);
+    assert_eq!(code, 10, "{v}");
+    for val in ["1", "true", "True", "yes"] {
+        let (code, v) = check(&argv, &[("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", val)]);
+        assert_eq!(code, 0, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN={val}: {v}");
+    }
+    let mut argv: Vec<String> = ["vllm", "serve"].map(String::from).to_vec();
+    argv.extend([m.display().to_string(), "--max-model-len".into(), "262144".into()]);
+    assert_eq!(check(&argv, &[]).0, 10);
+    let (code, v) = check(&argv, &[("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "true")]);
+    assert_eq!(code, 0, "{v}");
+}
+
+/// B9: a Hugging Face id that is not in the cache yet is downloaded by the server: a warning, not a
+/// refusal; with offline mode set it is an error. A missing local path is an error the servers confirm.
+#[test]
+fn uncached_hf_id_is_a_warning_and_a_missing_path_an_error() {
+    let d = TempDir::new("hfid");
+    let hf = d.0.join("hf");
+    std::fs::create_dir_all(&hf).unwrap();
+    let mut c = vigil();
+    c.env("HF_HOME", &hf).env("HF_HUB_CACHE", &hf).env("HOME", &d.0).env_remove("HF_HUB_OFFLINE");
+    c.env_remove("TRANSFORMERS_OFFLINE");
+    c.args(["check", "--json", "--", "vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--port", &free_port().to_string()]);
+    let o = run_bounded(c, T);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{v}");
+    let w = findings(&v, "warning");
+    assert!(w.iter().any(|f| f["rule"] == "model" && f["message"].as_str().unwrap().contains("download")), "{v}");
+    let mut c = vigil();
+    c.env("HF_HOME", &hf).env("HF_HUB_CACHE", &hf).env("HOME", &d.0).env("HF_HUB_OFFLINE", "1");
+    c.args(["check", "--json", "--", "vllm", "serve", "Qwen/Qwen2.5-7B-Instruct"]);
+    let o = run_bounded(c, T);
+    assert_eq!(o.status.code(), Some(10));
+    let missing = d.0.join("no/such/model").display().to_string();
+    let (code, v) = check(&["vllm".into(), "serve".into(), missing], &[]);
+    assert_eq!(code, 10, "{v}");
+    assert_eq!(v["blocking"], 1, "a missing local path is confirmed: {v}");
+}
+
+/// Issue #14: settings are resolved before anything runs. A bad --stall or a taken --metrics port is a
+/// usage error (exit 2) and nothing is launched.
+#[test]
+fn bad_settings_stop_before_the_launch() {
+    let d = TempDir::new("settings");
+    let marker = d.0.join("launched");
+    let cmd = ["sh", "-c", &format!("touch {}; sleep 30", marker.display())].map(String::from);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    for flags in [vec!["--stall", "bogus=1s"], vec!["--metrics", &port]] {
+        let mut c = vigil();
+        c.env("VIGIL_STATE_DIR", d.0.join("state")).args(["up", "--name", "s", "--no-check"]).args(&flags);
+        c.arg("--").args(&cmd);
+        let o = run_bounded(c, T);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
+        let first = err.lines().next().unwrap_or("");
+        assert!(first.contains(flags[1]) && first.contains("error"), "the error names the value: {err}");
+        assert!(!marker.exists(), "{flags:?}: the server was launched");
+        assert!(!d.0.join("state/runs/s").exists(), "{flags:?}: a run was recorded");
+    }
+}

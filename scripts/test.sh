@@ -48,8 +48,17 @@ else
   e2e=$(grep -cE '^test e2e_.* ok$' "$LOG" || true)
 fi
 echo "== end-to-end tests run against the real llama-server (as $(id -un)): $e2e"
+echo "== corpus guard: no project corpus log cites a held-out source"
+GUARD=${VIGIL_CORPUS:-../shared/corpus}/guard.py
+if [ -f "$GUARD" ]; then
+  python3 "$GUARD" corpus
+elif [ "${CI:-}" = true ]; then
+  echo "corpus guard $GUARD not found (check out shared/ beside the repo)"; exit 1
+else
+  echo "SKIP: $GUARD not found"
+fi
 echo "== corpus score table"
-cargo test -q -p vigil-core --test corpus corpus_matches -- --nocapture 2>&1 | grep -vE '^(running|test result|$)'
+cargo test -q -p vigil-core --test corpus corpus_matches -- --nocapture 2>&1 | grep -vE '^(running|test result|$)' | grep -v ' ok$'
 
 # Again as an unprivileged user: processes, ports and files must work without root.
 if [ "$(id -u)" = 0 ]; then

@@ -249,6 +249,8 @@ struct Block {
     implied: Option<Phase>,
     forced: Option<Phase>,
     last_at: u64,
+    /// Holds a request-scoped failure: the block does not prove a crash when the text ends in it.
+    benign: bool,
 }
 
 impl Block {
@@ -452,8 +454,19 @@ impl Judge {
     fn on_line(&mut self, l: Line, ev: &mut Vec<Event>) {
         let kind = l.kind();
         let hit = l.hit.clone();
+        // A startup line after an orderly shutdown is a new process writing the same log (a restart by
+        // systemd, Docker or a script): offline, the text's verdict is the new start's.
+        if !self.cfg.live
+            && self.shutdown
+            && self.block.is_none()
+            && hit.as_ref().is_some_and(|h| h.kind == RuleKind::Phase && h.phase == Some(Phase::Launch))
+        {
+            let server = self.server.clone();
+            *self = Judge::new(self.cfg.clone());
+            self.server = server;
+        }
         // 1. Error blocks: open, extend or close.
-        let opens = matches!(kind, Some(RuleKind::Error) | Some(RuleKind::Implies));
+        let opens = matches!(kind, Some(RuleKind::Error) | Some(RuleKind::Implies) | Some(RuleKind::RequestError));
         if let Some(b) = &mut self.block {
             if opens || l.is_continuation() {
                 b.push(&l.text);
@@ -472,6 +485,7 @@ impl Judge {
             self.block = Some(b);
         }
         if let (Some(h), Some(b)) = (&hit, &mut self.block) {
+            b.benign |= h.kind == RuleKind::RequestError;
             if matches!(h.kind, RuleKind::Error | RuleKind::Implies) {
                 if let Some(c) = h.cause {
                     b.cause = Some(c);
@@ -539,6 +553,13 @@ impl Judge {
                             vec![l.text.clone()],
                         );
                         self.emit(r, ev);
+                    }
+                }
+                RuleKind::RequestError => {
+                    // a request failed inside the server: it was serving
+                    self.ready_marker = true;
+                    if self.state == Verdict::Starting && !self.cfg.require_probe {
+                        self.become_ready(ev);
                     }
                 }
                 RuleKind::Shutdown => self.shutdown = true,
@@ -644,9 +665,14 @@ impl Judge {
         self.crash_detail(b, Some(detail), ev);
     }
 
+    /// The end of the text. A terminal block is a crash. Offline, a text that ends inside an error block
+    /// (a traceback, an exception, an error record with nothing normal after it) also proves one: the
+    /// process printed its failure and nothing shows it went on; unless the block is request-scoped
+    /// (an HTTP handler's traceback), which a serving process survives. Live, the process decides
+    /// (its exit judges the open block), so a live text end changes nothing.
     fn on_eof(&mut self, ev: &mut Vec<Event>) {
         if let Some(b) = self.block.take() {
-            if b.terminal {
+            if b.terminal || (!self.cfg.live && !b.benign && self.state != Verdict::Crashed) {
                 self.crash(b, ev);
             }
         }

@@ -114,6 +114,9 @@ pub enum RuleKind {
     Degraded,
     /// Known noise: not progress (access logs, request lines).
     Noise,
+    /// A failure scoped to one request (an HTTP handler's traceback, a per-request error line): it proves
+    /// the server was serving, and an error block holding it is not fatal by itself.
+    RequestError,
 }
 
 /// A compiled rule.

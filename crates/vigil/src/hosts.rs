@@ -1139,7 +1139,7 @@ async fn check_report(
     let mut argv2 = argv.to_vec();
     let mut back: Vec<(String, String)> = Vec::new(); // mirror dir -> HOST:remote dir
     let mut missing: Vec<String> = Vec::new();
-    let mut notes: Vec<(Severity, String, String)> = Vec::new();
+    let mut notes: Vec<(Severity, String, String, Option<&'static str>)> = Vec::new();
     let hf = matches!(kind.as_deref(), Some("sglang") | Some("vllm"));
     for (i, m) in [l.model.clone(), l.draft.clone()].into_iter().enumerate() {
         let Some(m) = m else { continue };
@@ -1148,6 +1148,7 @@ async fn check_report(
                 Severity::Info,
                 "model".into(),
                 format!("{m}: GGUF files are checked on the node only (run `vigil check` there)"),
+                None,
             ));
             continue;
         }
@@ -1160,11 +1161,24 @@ async fn check_report(
         let (code, out, _) = c.exec(&s, Duration::from_secs(30)).await?;
         if code != 0 {
             missing.push(m.clone());
-            notes.push((
-                Severity::Error,
-                "model".into(),
-                format!("{m}: no config.json on {} (not a model directory, and not in its Hugging Face cache)", c.dest),
-            ));
+            // as locally: a path is an error every server confirms; a name that may be a Hugging Face id
+            // is downloaded by the server on the node
+            let path_like = m.starts_with('/') || m.starts_with("./") || m.starts_with("../") || m.starts_with('~');
+            notes.push(if path_like {
+                (
+                    Severity::Error,
+                    "model".into(),
+                    format!("{m}: no config.json on {} (not a model directory)", c.dest),
+                    Some(check::evidence::MISSING_LOCAL_PATH),
+                )
+            } else {
+                (
+                    Severity::Warning,
+                    "model".into(),
+                    format!("{m}: not a directory on {} and not in its Hugging Face cache: the server will download it (config checks skipped)", c.dest),
+                    None,
+                )
+            });
             continue;
         }
         let nl = out.iter().position(|b| *b == b'\n').unwrap_or(out.len());
@@ -1193,8 +1207,11 @@ async fn check_report(
             f.message = f.message.replace(local.as_str(), remote);
         }
     }
-    for (sev, rule, m) in notes {
-        rep.add(sev, &rule, m, None);
+    for (sev, rule, m, confirmed) in notes {
+        match confirmed {
+            Some(by) => rep.add_confirmed(&rule, m, None, by),
+            None => rep.add(sev, &rule, m, None),
+        }
     }
     // the node: its port and its GPUs
     let port = l.port.or_else(|| kind.as_deref().and_then(|k| profiles.get(k)).map(|p| p.port));

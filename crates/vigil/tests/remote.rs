@@ -641,10 +641,19 @@ fn remote_check_reads_the_node_configs() {
     let m = errs[0]["message"].as_str().unwrap();
     assert!(m.contains("2048") && m.contains("131072"), "{m}");
     assert!(m.contains(&format!("node-a:{}", dr.display())), "names the node's path: {m}");
-    // up runs it first: exit 10, nothing launched
+    // the node's SGLang version is not known, so the error is not confirmed: up runs the check first,
+    // says so, and launches anyway (the safety valve, issue #13); here python3 has no sglang and exits
+    assert!(errs[0].get("confirmed").is_none(), "{v}");
     let mut c = rvigil(&d, &cfg);
-    c.args(["--host", "node-a", "up", "--name", "never"]);
+    c.args(["--host", "node-a", "up", "--name", "valve"]);
     cmd(&mut c);
+    let o = run_bounded(c, T);
+    assert!(text(&o).contains("launching anyway"), "{}", text(&o));
+    assert!(h.dir.join("state/vigil/remote/valve").exists(), "launched");
+    // a confirmed error (a model path that does not exist on the node): exit 10, nothing launched
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "up", "--name", "never", "--", "python3", "-m", "sglang.launch_server"]);
+    c.arg("--model-path").arg(d.path("no-such-model")).args(["--port", &port]);
     let o = run_bounded(c, T);
     assert_eq!(o.status.code(), Some(10), "{}", text(&o));
     assert!(text(&o).contains("not launching"), "{}", text(&o));

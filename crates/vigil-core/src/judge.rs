@@ -542,12 +542,18 @@ impl Judge {
                     }
                 }
                 RuleKind::Unhealthy => {
+                    // Offline, a line that only a serving server writes (a request failing inside it)
+                    // proves it was ready first, also in a fragment that lost the ready marker.
+                    if !self.cfg.live && self.state == Verdict::Starting {
+                        self.ready_marker = true;
+                        self.become_ready(ev);
+                    }
                     if matches!(self.state, Verdict::Ready) {
                         self.state = Verdict::Unhealthy;
                         let r = self.make_report(
                             Verdict::Unhealthy,
                             self.phase,
-                            h.cause,
+                            Some(h.cause.unwrap_or(Cause::Unknown)),
                             h.hint.clone(),
                             Some(format!("the server reported: {}", l.message.trim())),
                             vec![l.text.clone()],
@@ -668,11 +674,15 @@ impl Judge {
     /// The end of the text. A terminal block is a crash. Offline, a text that ends inside an error block
     /// (a traceback, an exception, an error record with nothing normal after it) also proves one: the
     /// process printed its failure and nothing shows it went on; unless the block is request-scoped
-    /// (an HTTP handler's traceback), which a serving process survives. Live, the process decides
+    /// (an HTTP handler's traceback), which a serving process survives, or requests were already failing
+    /// while the server lived (unhealthy). Live, the process decides
     /// (its exit judges the open block), so a live text end changes nothing.
     fn on_eof(&mut self, ev: &mut Vec<Event>) {
         if let Some(b) = self.block.take() {
-            if b.terminal || (!self.cfg.live && !b.benign && self.state != Verdict::Crashed) {
+            // once requests fail while the server lives (unhealthy), a later non-terminal block is one more
+            // failing request, not an end
+            let ends = !self.cfg.live && !b.benign && matches!(self.state, Verdict::Starting | Verdict::Ready);
+            if b.terminal || ends {
                 self.crash(b, ev);
             }
         }

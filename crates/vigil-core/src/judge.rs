@@ -222,9 +222,11 @@ impl RankState {
     /// Moves to `p` (or `again` when `p` was already visited). Returns true on a change.
     fn enter(&mut self, p: Phase, again: Option<Phase>) -> bool {
         // Forward only, except that `again` may lead back to a draft phase (SGLang loads and captures
-        // the draft after the target's graphs).
+        // the draft after the target's graphs): only once the rank has moved past the phase, so a phase's
+        // own closing line (`Load weight end`) or another untagged process's shard bar while the weights
+        // still load is not a phantom draft phase.
         let (target, via_again) = match again {
-            Some(a) if self.visited(p) => (a, true),
+            Some(a) if self.visited(p) && self.current() > p => (a, true),
             _ => (p, false),
         };
         let cur = self.current();

@@ -243,6 +243,30 @@ fn draft_phases_after_target_graphs() {
     assert_eq!(r2.phase, Phase::DraftCudaGraphs);
 }
 
+/// Issue #12: a startup without a draft never passes through a phantom draft_weights phase (the
+/// `Load weight end` line, or another untagged process's shard bar while the weights still load), so the
+/// stall limit of `weights` applies.
+#[test]
+fn no_phantom_draft_phase_while_the_weights_load() {
+    let p = builtin();
+    let mut cfg = live(600_000);
+    cfg.stall_ms.insert(Phase::Weights, 8_000);
+    let mut j = Judge::new(cfg);
+    let lines = [
+        "[2025-01-01 00:00:00] Load weight begin. avail mem=70 GB",
+        "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.00s/it]",
+        "[2025-01-01 00:00:02] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=60 GB",
+        "Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:02<00:00,  1.00s/it]",
+    ];
+    for (i, l) in lines.iter().enumerate() {
+        feed(&mut j, i as u64 * 100, line(p, "sglang", l));
+        assert_eq!(j.phase(), Phase::Weights, "after {l}");
+    }
+    let ev = feed(&mut j, 300 + 8_000, Input::Tick);
+    let r = verdict_of(&ev).expect("the weights stall limit applies");
+    assert_eq!((r.verdict, r.phase), (Verdict::Stalled, Phase::Weights));
+}
+
 #[test]
 fn orderly_shutdown_after_ready_stays_ready() {
     let p = builtin();

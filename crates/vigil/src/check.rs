@@ -346,18 +346,23 @@ fn env_true(v: &str) -> bool {
     matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "y")
 }
 
+/// The largest config file read (a real config.json is a few KiB; a FIFO or /dev/zero must not hang or
+/// fill memory).
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
 fn load_config(dir: &Path) -> Result<Config, String> {
     if dir.is_file() {
         return Err(format!("{} is a file, not a model directory with config.json", dir.display()));
     }
     let p = dir.join("config.json");
-    let text = std::fs::read_to_string(&p).map_err(|e| {
+    let bytes = procs::read_small(&p, MAX_CONFIG_BYTES).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             format!("{} has no config.json", dir.display())
         } else {
             format!("cannot read {}: {e}", p.display())
         }
     })?;
+    let text = String::from_utf8_lossy(&bytes);
     let json: Value = serde_json::from_str(&text).map_err(|e| format!("{} is not valid JSON: {e}", p.display()))?;
     if !json.is_object() {
         return Err(format!("{} is not a JSON object", p.display()));
@@ -409,7 +414,8 @@ pub fn package_version(interp: &Path, pkg: &str) -> Option<String> {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().to_ascii_lowercase();
             if n.ends_with(".dist-info") && n.starts_with(&format!("{want}-")) {
-                let meta = std::fs::read_to_string(e.path().join("METADATA")).ok()?;
+                let meta = procs::read_small(&e.path().join("METADATA"), 4 << 20).ok()?;
+                let meta = String::from_utf8_lossy(&meta);
                 return meta.lines().find_map(|l| l.strip_prefix("Version: ")).map(|v| v.trim().to_string());
             }
         }
@@ -700,7 +706,7 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
 
 fn check_shards(dir: &Path, rep: &mut Report) {
     let idx = dir.join("model.safetensors.index.json");
-    let Ok(text) = std::fs::read_to_string(&idx) else {
+    let Ok(text) = procs::read_small(&idx, 64 << 20).map(|b| String::from_utf8_lossy(&b).into_owned()) else {
         return;
     };
     let Ok(v) = serde_json::from_str::<Value>(&text) else {
@@ -875,9 +881,9 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
     let gpus_needed = l.tp * l.pp * l.dp;
     let visible =
         env_get(inp.env, "CUDA_VISIBLE_DEVICES").map(|v| v.split(',').filter(|x| !x.trim().is_empty()).count() as u64);
-    let smi = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=index", "--format=csv,noheader"])
-        .output()
+    let mut smi = std::process::Command::new("nvidia-smi");
+    smi.args(["--query-gpu=index", "--format=csv,noheader"]);
+    let smi = procs::output_within(smi, crate::gpu::SMI_TIMEOUT)
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).lines().count() as u64);

@@ -106,8 +106,13 @@ fn sample_nvml(n: &nvml_wrapper::Nvml) -> Result<Snapshot, String> {
     Ok(Snapshot { source: "nvml".into(), gpus, procs })
 }
 
+/// `nvidia-smi` hangs on a wedged GPU node: every call is bounded.
+pub const SMI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn smi(args: &[&str]) -> Result<String, String> {
-    let o = std::process::Command::new("nvidia-smi").args(args).output().map_err(|e| format!("nvidia-smi: {e}"))?;
+    let mut c = std::process::Command::new("nvidia-smi");
+    c.args(args);
+    let o = crate::procs::output_within(c, SMI_TIMEOUT).map_err(|e| format!("nvidia-smi: {e}"))?;
     if !o.status.success() {
         return Err(format!("nvidia-smi failed: {}", String::from_utf8_lossy(&o.stderr).trim()));
     }

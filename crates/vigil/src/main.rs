@@ -69,6 +69,48 @@ pub async fn interrupt(shared: bool) {
     }
 }
 
+/// Runs blocking work (file reads, child processes) on its own thread so that Ctrl-C / SIGTERM end the
+/// command promptly with exit 130 whatever the work is waiting on.
+fn interruptible<T>(work: impl FnOnce() -> T + Send + 'static) -> T
+where
+    T: From<InterruptedMarker> + Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(work());
+    });
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(v) => return v,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return T::from(InterruptedMarker::Panicked);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if take_interrupt() => {
+                return T::from(InterruptedMarker::Interrupted);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// How an [`interruptible`] piece of work ended without its own result.
+enum InterruptedMarker {
+    Interrupted,
+    Panicked,
+}
+
+impl From<InterruptedMarker> for Result<i32, CliError> {
+    fn from(m: InterruptedMarker) -> Self {
+        match m {
+            InterruptedMarker::Interrupted => {
+                eprintln!("vigil: interrupted");
+                Ok(exit::INTERRUPTED)
+            }
+            InterruptedMarker::Panicked => Err(CliError::Internal("the check stopped unexpectedly".into())),
+        }
+    }
+}
+
 /// Resolves when an interrupt is pending, and takes it.
 pub async fn next_interrupt() {
     while !take_interrupt() {
@@ -598,7 +640,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Cmd::Check { json, server, cmd } => {
             check_server(&profiles, &server)?;
-            check::run(cmd, server, json, &profiles)
+            interruptible(move || check::run(cmd, server, json, &profiles))
         }
         Cmd::Keeper { .. } => unreachable!("handled above"),
         Cmd::Profiles => {

@@ -252,6 +252,69 @@ pub const SERVER_PATTERNS: &[(&str, &str)] = &[
     ("tgi", r"text-generation-launcher|text-generation-server|text-generation-router"),
 ];
 
+/// Reads a small regular file, at most `max` bytes: a FIFO, a device or a socket is refused (reading one
+/// can block forever or never end), and a larger file is an error, never a growing buffer.
+pub fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+    // Looked at before opening (opening a FIFO for reading blocks until a writer comes), and opened
+    // non-blocking so that a file swapped for a FIFO in between cannot block either.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    let mut buf = Vec::new();
+    f.take(max + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > max {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {} MiB", max >> 20)));
+    }
+    Ok(buf)
+}
+
+/// Runs a command with its output captured, killed at the deadline (a hung `nvidia-smi` on a wedged GPU
+/// node, a Python interpreter that never answers). Output is bounded by what the pipe buffers hold before
+/// the deadline; callers use it for short reports.
+pub fn output_within(mut cmd: std::process::Command, deadline: Duration) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let t_out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = (&mut out).take(4 << 20).read_to_end(&mut b);
+        b
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = (&mut err).take(1 << 20).read_to_end(&mut b);
+        b
+    });
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if t0.elapsed() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {:.0} s", deadline.as_secs_f64()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: t_out.join().unwrap_or_default(),
+        stderr: t_err.join().unwrap_or_default(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -536,3 +536,57 @@ fn bad_settings_stop_before_the_launch() {
         assert!(!d.0.join("state/runs/s").exists(), "{flags:?}: a run was recorded");
     }
 }
+
+/// R1/R2 (issue #13): a config.json that is a FIFO (would block forever) or /dev/zero (would grow until
+/// the OOM killer) is one clear error line, at once.
+#[test]
+fn fifo_and_endless_configs_are_refused_at_once() {
+    let d = TempDir::new("endless");
+    let fifo = d.path("fifo-model");
+    std::fs::create_dir_all(&fifo).unwrap();
+    let c = std::ffi::CString::new(fifo.join("config.json").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let zero = d.path("zero-model");
+    std::fs::create_dir_all(&zero).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", zero.join("config.json")).unwrap();
+    for m in [&fifo, &zero] {
+        let t0 = std::time::Instant::now();
+        let (code, v) = check(&["vllm".into(), "serve".into(), m.display().to_string()], &[]);
+        eprintln!("{}: {:?}", m.display(), t0.elapsed());
+        assert_eq!(code, 10, "{v}");
+        let e = findings(&v, "error");
+        assert!(
+            e.iter().any(|f| f["message"].as_str().unwrap().contains("not a regular file")),
+            "{}: {v}",
+            m.display()
+        );
+    }
+}
+
+/// Issue #13 R1 and #14: SIGTERM while `check` waits on a hung `nvidia-smi` ends it with exit 130.
+/// The `nvidia-smi` here is a stand-in script that records its start and never answers, as a wedged
+/// GPU node's does (no real one hangs on demand).
+#[test]
+fn sigterm_during_a_hung_nvidia_smi_ends_check() {
+    let d = TempDir::new("hungsmi");
+    let bin = d.path("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let started = d.path("smi-started");
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(&smi, format!("#!/bin/sh\necho started > {}\nexec sleep 600\n", started.display())).unwrap();
+    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let m = model_dir(&d.0, "llama", &public("llama-3.1-8b-instruct.json"));
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut c = vigil();
+    c.env("PATH", path).env_remove("CUDA_VISIBLE_DEVICES");
+    c.args(["check", "--", "vllm", "serve", &m.display().to_string(), "--port", &free_port().to_string()]);
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    assert!(wait_for_text(&started, "started", T), "the stand-in nvidia-smi was never called");
+    let t0 = std::time::Instant::now();
+    signal(child.id() as i32, libc::SIGTERM);
+    let st = wait_bounded(&mut child, T);
+    eprintln!("check ended {:?} after SIGTERM", t0.elapsed());
+    assert_eq!(st.code(), Some(130));
+}

@@ -387,6 +387,16 @@ async fn launch(
     }
     let (argv_red, _, secrets) = crate::run::redact(&argv_s, &env);
     let secret_vals = crate::run::secret_values(&secrets);
+    // kept on this machine (0600), so that later `logs --host` / `wait --host` hide them too
+    let sp = crate::run::remote_secrets_path(&conn.dest, name)?;
+    if secret_vals.is_empty() {
+        let _ = std::fs::remove_file(&sp);
+    } else {
+        if let Some(d) = sp.parent() {
+            crate::run::mkdir_private(d)?;
+        }
+        crate::run::write_json(&sp, &secrets)?;
+    }
     for s in &secret_vals {
         rep.add_secret(s);
     }
@@ -714,6 +724,13 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
                 if !single {
                     w.tag = Some((h.clone(), rank));
                 }
+                // the run's secrets stored at launch: hidden as in every other output
+                let stored = crate::run::remote_secrets_path(&conn.dest, &name)
+                    .ok()
+                    .and_then(|p| crate::run::read_json::<crate::run::Secrets>(&p));
+                if let Some(s) = stored {
+                    w.secrets.extend(crate::run::secret_values(&s));
+                }
                 match attach(&conn, &name, &mut w, &profiles, rank.unwrap_or(0) == 0).await {
                     Ok(()) => res.set_outcome(wait::run(w, profiles).await),
                     Err(e) => res.set_outcome(Err(e)),
@@ -964,8 +981,9 @@ pub async fn logs(hs: Hosts, name: String, follow: bool, lines: usize) -> Result
     }
     let text = String::from_utf8_lossy(&out).into_owned();
     let (size, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+    let redactor = crate::run::Redactor::for_run(&name, Some(&c.dest));
     for l in rest.lines() {
-        out_line(&crate::run::redact_cmdline(l));
+        out_line(&redactor.redact(l));
     }
     if !follow {
         return Ok(exit::READY);
@@ -980,7 +998,7 @@ pub async fn logs(hs: Hosts, name: String, follow: bool, lines: usize) -> Result
         tokio::select! {
             _ = crate::next_interrupt() => return Ok(exit::READY),
             m = rx.recv() => match m {
-                Some(SourceMsg::Line(l)) => out_line(&crate::run::redact_cmdline(&l)),
+                Some(SourceMsg::Line(l)) => out_line(&redactor.redact(&l)),
                 Some(SourceMsg::Disconnected) if !down => {
                     down = true;
                     eprintln!("vigil: the SSH connection to {} dropped: reconnecting", c.dest);

@@ -17,7 +17,7 @@ pub enum Mode {
 pub struct Reporter {
     pub mode: Mode,
     color: bool,
-    secrets: Vec<String>,
+    redactor: crate::run::Redactor,
     live_len: usize,
     last_live: Option<Instant>,
     last_heartbeat: Instant,
@@ -46,7 +46,7 @@ impl Reporter {
         Reporter {
             mode,
             color,
-            secrets: Vec::new(),
+            redactor: crate::run::Redactor::default(),
             live_len: 0,
             last_live: None,
             last_heartbeat: Instant::now(),
@@ -67,19 +67,11 @@ impl Reporter {
 
     /// Values that must never be printed (API keys, tokens).
     pub fn add_secret(&mut self, s: &str) {
-        if s.len() >= 4 {
-            self.secrets.push(s.to_string());
-        }
+        self.redactor.add(s);
     }
 
     pub fn redact(&self, s: &str) -> String {
-        let mut out = s.to_string();
-        for sec in &self.secrets {
-            if out.contains(sec.as_str()) {
-                out = out.replace(sec.as_str(), "***");
-            }
-        }
-        out
+        self.redactor.redact(s)
     }
 
     fn clear_live(&mut self, o: &mut impl Write) {

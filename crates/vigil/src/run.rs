@@ -222,6 +222,61 @@ pub fn redact_cmdline(cmd: &str) -> String {
     redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]).0.join(" ")
 }
 
+/// The one redactor every output goes through (terminal, plain, JSON, logs, local and remote): the secret
+/// values known for the run (stored apart from the run record) and the values of secret flags in any
+/// `--flag value` / `--flag=value` shape.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    values: Vec<String>,
+}
+
+impl Redactor {
+    pub fn from_secrets(s: &Secrets) -> Redactor {
+        let mut r = Redactor::default();
+        for v in secret_values(s) {
+            r.add(&v);
+        }
+        r
+    }
+
+    /// The stored secrets of a run (local, or `host` for a run on a remote node); none when there are none.
+    pub fn for_run(name: &str, host: Option<&str>) -> Redactor {
+        let p = match host {
+            None => secrets_path(name),
+            Some(h) => remote_secrets_path(h, name),
+        };
+        p.ok().and_then(|p| read_json::<Secrets>(&p)).map(|s| Redactor::from_secrets(&s)).unwrap_or_default()
+    }
+
+    /// A value that must never be printed (short values are not redacted: they would mangle text).
+    pub fn add(&mut self, v: &str) {
+        if v.len() >= 4 && !self.values.iter().any(|x| x == v) {
+            self.values.push(v.to_string());
+        }
+    }
+
+    pub fn redact(&self, s: &str) -> String {
+        let mut out = s.to_string();
+        for v in &self.values {
+            if out.contains(v.as_str()) {
+                out = out.replace(v.as_str(), "***");
+            }
+        }
+        if SECRET_FLAGS.iter().any(|f| out.contains(f)) {
+            out = redact_cmdline(&out);
+        }
+        out
+    }
+}
+
+/// Where the secret values of a run on a remote node are kept on this machine (0600), so that
+/// `logs --host` and `wait --host` hide them as the local commands do.
+pub fn remote_secrets_path(host: &str, name: &str) -> Result<PathBuf, CliError> {
+    let h: String =
+        host.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.@".contains(c) { c } else { '_' }).collect();
+    Ok(state_root()?.join("secrets").join("remote").join(h).join(format!("{name}.json")))
+}
+
 /// Secret values as they appear in text (the `--flag=value` form contributes its value).
 pub fn secret_values(s: &Secrets) -> Vec<String> {
     let mut v: Vec<String> = s

@@ -567,12 +567,8 @@ pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
 
 pub fn logs(name: &str, follow: bool, n: usize) -> Result<i32, CliError> {
     let (_, rec) = run::load(name)?;
-    let secrets: Vec<String> = run::secrets_path(name)
-        .ok()
-        .and_then(|p| run::read_json::<Secrets>(&p))
-        .map(|s| run::secret_values(&s))
-        .unwrap_or_default();
-    let redact = |s: &str| secrets.iter().fold(s.to_string(), |acc, k| acc.replace(k.as_str(), "***"));
+    let redactor = run::Redactor::for_run(name, None);
+    let redact = |s: &str| redactor.redact(s);
     let path = PathBuf::from(&rec.log);
     let data = std::fs::read(&path).unwrap_or_default();
     let text = String::from_utf8_lossy(&data);

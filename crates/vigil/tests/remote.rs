@@ -659,3 +659,29 @@ fn remote_check_reads_the_node_configs() {
     assert!(text(&o).contains("not launching"), "{}", text(&o));
     assert!(!h.dir.join("state/vigil/remote/never").exists(), "nothing launched");
 }
+
+/// Issue #14: one redactor. `logs --host` hides every secret value of the run (here an `*_API_KEY`
+/// variable the server prints in plain words), as local `logs` does, not only `--flag value` shapes.
+#[test]
+fn e2e_remote_logs_hide_every_secret_value() {
+    if !have_sshd() {
+        return;
+    }
+    let d = TempDir::new("rsecret");
+    let h = Sshd::start(&d, "a");
+    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let secret = "sk-remote-7f3a9c1e5b";
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "up", "--name", "sec", "--no-probe", "--no-check"])
+        .args(["--env", &format!("MY_API_KEY={secret}"), "--"])
+        .args(["sh", "-c", "echo \"the key is $MY_API_KEY\"; echo \"--api-key $MY_API_KEY\"; exit 1"]);
+    let o = run_bounded(c, T);
+    assert!(!text(&o).contains(secret), "up printed the secret: {}", text(&o));
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "logs", "sec"]);
+    let o = run_bounded(c, T);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("the key is ***"), "{t}");
+    assert!(!t.contains(secret), "logs --host printed the secret: {t}");
+}

@@ -81,6 +81,17 @@ fn ansi_re() -> &'static Regex {
     R.get_or_init(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|[\x00-\x08\x0b-\x1f\x7f]").unwrap())
 }
 
+/// ANSI colour codes that a log shipper wrote out as text: CloudWatch and rsyslog `#033[`, journald and
+/// terminals `^[[`, `ESC[`, escaped JSON `\u001b[`, Python reprs `\x1b[` and `\033[`.
+fn literal_ansi_re() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| Regex::new(r"(?:#033|\\033|\^\[|ESC|\\x1[bB]|\\u001[bB])\[[0-9;]*m").unwrap())
+}
+
+fn has_literal_ansi(s: &str) -> bool {
+    ["033[", "^[[", "ESC[", "1b[", "1B["].iter().any(|n| s.contains(n))
+}
+
 fn quote_re() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     // Markdown quotes (`> `, `>   | ` from issue threads) and docker-compose service prefixes (`svc-1  | `).
@@ -105,6 +116,11 @@ pub fn clean(raw: &str) -> String {
         ansi_re().replace_all(raw, "")
     } else {
         std::borrow::Cow::Borrowed(raw)
+    };
+    let s = if has_literal_ansi(&s) {
+        std::borrow::Cow::Owned(literal_ansi_re().replace_all(&s, "").into_owned())
+    } else {
+        s
     };
     let s = s.trim_end();
     let first = s.as_bytes().first().copied().unwrap_or(b' ');
@@ -227,6 +243,10 @@ mod tests {
     fn cleans_ansi_and_quotes() {
         assert_eq!(clean("\x1b[32mINFO\x1b[0m hi"), "INFO hi");
         assert_eq!(clean("> main: couldn't bind"), "main: couldn't bind");
+        // colour codes a log shipper wrote out as text
+        assert_eq!(clean("#033[2m2024-04-18T22:45:31Z#033[0m #033[32m INFO#033[0m x"), "2024-04-18T22:45:31Z  INFO x");
+        assert_eq!(clean("^[[32mINFO^[[0m y"), "INFO y");
+        assert_eq!(clean(r"\u001b[31mERROR\u001b[0m z"), "ERROR z");
         assert_eq!(clean(">   | [2024] INFO: x"), "[2024] INFO: x");
         assert_eq!(clean("sglang_service-1  | [2026-09-22 15:00:54] x"), "[2026-09-22 15:00:54] x");
         assert_eq!(

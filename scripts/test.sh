@@ -12,11 +12,14 @@ while IFS='=' read -r k v; do
 done <<<"$setup_env"
 echo "== llama-server: $VIGIL_LLAMA_SERVER"
 
-# The SSH tests start Debian's real sshd on loopback ports; the portable-build test reads objdump -T.
+# The SSH tests start Debian's real sshd on loopback ports; the portable-build test reads objdump -T;
+# the TLS tests put Debian's stunnel in front of llama-server, with certificates made by openssl.
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v objdump >/dev/null 2>&1 || need+=(binutils)
+[ -x /usr/bin/stunnel4 ] || need+=(stunnel4)
+[ -x /usr/bin/openssl ] || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "== apt-get install ${need[*]}"
@@ -65,18 +68,18 @@ if [ "$(id -u)" = 0 ]; then
   U=vigil-ci
   id "$U" >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/$U --shell /bin/sh "$U"
   W=$(mktemp -d /tmp/vigil-unpriv.XXXXXX)
-  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --no-run --message-format=json 2>/dev/null \
+  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote") and m.get("executable"): print(m["target"]["name"], m["executable"])')
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls") and m.get("executable"): print(m["target"]["name"], m["executable"])')
   mkdir -p "$W/models" "$W/home"
   cp target/debug/vigil "$W/vigil"; cp "$VIGIL_LLAMA_SERVER" "$W/llama-server"
   cp "$VIGIL_MODELS"/*.gguf "$W/models/"
   echo "$BINS" | while read -r t exe; do cp "$exe" "$W/$t"; done
   chmod -R a+rX "$W"; chown -R "$U" "$W"
   n=0
-  for t in e2e supervise proof hostile remote; do
+  for t in e2e supervise proof hostile remote tls; do
     echo "== end-to-end tests ($t) as unprivileged user $U"
     runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/var/lib/$U" CI="${CI:-}" TMPDIR="$W" \
       VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" \

@@ -5,19 +5,24 @@ use crate::cli::CliError;
 use crate::probe::{self, Target};
 use crate::report::out_line;
 use crate::run as runs;
+use crate::tls::TlsOpts;
 use std::time::{Duration, Instant};
 use vigil_core::{ProbeOutcome, Profiles, Verdict};
 
-pub async fn run(
-    name: Option<String>,
-    url: Option<String>,
-    log: Option<String>,
-    generate: bool,
-    timeout: Duration,
-    server: Option<String>,
-    profiles: &Profiles,
-) -> Result<i32, CliError> {
+/// What `vigil probe` was asked.
+pub struct Args {
+    pub name: Option<String>,
+    pub url: Option<String>,
+    pub log: Option<String>,
+    pub generate: bool,
+    pub timeout: Duration,
+    pub server: Option<String>,
+    pub tls: TlsOpts,
+}
+
+pub async fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
     let t0 = Instant::now();
+    let Args { name, url, log, generate, timeout, server, tls } = a;
     let (mut url, mut log, mut server, mut pid) = (url, log, server, None);
     if let Some(n) = &name {
         let (dir, rec) = runs::load(n)?;
@@ -33,6 +38,9 @@ pub async fn run(
     }
     if url.is_none() && log.is_none() {
         return Err(CliError::usage("probe: give a run NAME, --url or --log"));
+    }
+    if tls.is_set() && !url.as_deref().is_some_and(|u| u.starts_with("https://")) {
+        return Err(CliError::usage("--ca-cert and --insecure apply to an https:// --url only"));
     }
     let line = |ok: bool, what: &str| {
         out_line(&format!("{} {what}", if ok { "ready:" } else { "not ready:" }));
@@ -71,7 +79,7 @@ pub async fn run(
             None => line(false, "log unreadable"),
         });
     };
-    let t = Target::parse(&u).map_err(CliError::usage)?;
+    let t = Target::parse_with(&u, &tls).map_err(CliError::usage)?;
     let left = timeout.saturating_sub(t0.elapsed());
     let r = probe::probe(&t, left, None).await;
     if r.outcome != ProbeOutcome::Ok {

@@ -19,6 +19,7 @@ mod proof;
 mod remote;
 mod report;
 mod run;
+mod tls;
 mod up;
 mod wait;
 
@@ -222,6 +223,8 @@ enum Cmd {
         timeout: std::time::Duration,
         #[arg(long, value_name = "KIND")]
         server: Option<String>,
+        #[command(flatten)]
+        tls: TlsFlags,
     },
     /// List the server profiles (built-in and user).
     Profiles,
@@ -292,9 +295,11 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct WaitFlags {
-    /// Health URL to probe (http://HOST:PORT/PATH).
+    /// Health URL to probe (http://HOST:PORT/PATH or https://...).
     #[arg(long)]
     url: Option<String>,
+    #[command(flatten)]
+    tls: TlsFlags,
     /// Log file to follow (may not exist yet; survives truncation and rotation), or - for stdin.
     #[arg(long, value_name = "FILE")]
     log: Option<String>,
@@ -351,11 +356,29 @@ impl WaitFlags {
         w.interval = self.interval;
         w.probe_timeout = self.probe_timeout.or(w.probe_timeout);
         w.api_key_env = self.api_key_env;
+        w.tls = self.tls.into();
         w.stall = self.stall;
         w.json = self.json;
         w.quiet = self.quiet;
         w.echo = self.echo;
         Ok(w)
+    }
+}
+
+/// Trust for `https://` URLs (health probes and the generation proof).
+#[derive(clap::Args, Clone)]
+struct TlsFlags {
+    /// PEM file of the CA(s) that signed the server's certificate, trusted instead of the system store.
+    #[arg(long, value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+    /// Do not verify the server's TLS certificate (said once on stderr).
+    #[arg(long, conflicts_with = "ca_cert")]
+    insecure: bool,
+}
+
+impl From<TlsFlags> for tls::TlsOpts {
+    fn from(f: TlsFlags) -> tls::TlsOpts {
+        tls::TlsOpts { ca_cert: f.ca_cert, insecure: f.insecure }
     }
 }
 
@@ -635,8 +658,9 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             w.attach_run(&dir, &rec, &profiles, true);
             Ok(runtime()?.block_on(wait::run(w, profiles))?.code)
         }
-        Cmd::Probe { name, url, log, generate, timeout, server } => {
-            runtime()?.block_on(kprobe::run(name, url, log, generate, timeout, server, &profiles))
+        Cmd::Probe { name, url, log, generate, timeout, server, tls } => {
+            let k = kprobe::Args { name, url, log, generate, timeout, server, tls: tls.into() };
+            runtime()?.block_on(kprobe::run(k, &profiles))
         }
         Cmd::Check { json, server, cmd } => {
             check_server(&profiles, &server)?;

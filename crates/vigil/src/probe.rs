@@ -1,33 +1,50 @@
 //! A small HTTP/1.1 prober: one GET with a deadline, a bounded read of the status line and headers.
 //! No HTTP client crate: what a readiness probe needs is little, and every read here is bounded so
 //! a hostile or broken peer (never answering, trickling, garbage) cannot hold or grow vigil.
+//! `https://` targets add a TLS handshake (rustls, `tls.rs`) inside the same deadline: a peer that
+//! accepts and never finishes the handshake is a probe timeout like one that never answers.
 
+use crate::tls::{self, Tls, TlsOpts};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use vigil_core::ProbeOutcome;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Target {
     pub host: String,
     pub port: u16,
     pub path: String,
+    /// `https://`: how to speak TLS to it.
+    pub tls: Option<Tls>,
 }
 
 impl Target {
+    /// An `http://` URL, or an `https://` one trusting the system's root certificates.
     pub fn parse(url: &str) -> Result<Target, String> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| format!("--url must start with http:// (got '{url}')"))?;
+        Target::parse_with(url, &TlsOpts::default())
+    }
+
+    /// A URL whose `https://` trust comes from `--ca-cert`/`--insecure` (`o`).
+    pub fn parse_with(url: &str, o: &TlsOpts) -> Result<Target, String> {
+        let (rest, https) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(r), _) => (r, false),
+            (_, Some(r)) => (r, true),
+            _ => return Err(format!("--url must start with http:// or https:// (got '{url}')")),
+        };
+        let default_port = if https { "443" } else { "80" };
         let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].to_string()),
             None => (rest, "/".to_string()),
         };
         let (host, port) = if let Some(h) = hostport.strip_prefix('[') {
             let (h, p) = h.split_once(']').ok_or_else(|| format!("bad IPv6 host in --url '{url}'"))?;
-            (h.to_string(), p.strip_prefix(':').unwrap_or("80").to_string())
+            (h.to_string(), p.strip_prefix(':').unwrap_or(default_port).to_string())
         } else {
             match hostport.rsplit_once(':') {
                 Some((h, p)) => (h.to_string(), p.to_string()),
-                None => (hostport.to_string(), "80".to_string()),
+                None => (hostport.to_string(), default_port.to_string()),
             }
         };
         if host.is_empty() {
@@ -37,14 +54,20 @@ impl Target {
         if path.contains(['\r', '\n', ' ']) {
             return Err(format!("bad path in --url '{url}'"));
         }
-        Ok(Target { host, port, path })
+        let tls = if https { Some(tls::client(&host, o)?) } else { None };
+        Ok(Target { host, port, path, tls })
+    }
+
+    pub fn is_https(&self) -> bool {
+        self.tls.is_some()
     }
 
     pub fn url(&self) -> String {
+        let scheme = if self.is_https() { "https" } else { "http" };
         if self.host.contains(':') {
-            format!("http://[{}]:{}{}", self.host, self.port, self.path)
+            format!("{scheme}://[{}]:{}{}", self.host, self.port, self.path)
         } else {
-            format!("http://{}:{}{}", self.host, self.port, self.path)
+            format!("{scheme}://{}:{}{}", self.host, self.port, self.path)
         }
     }
 }
@@ -55,40 +78,59 @@ pub struct ProbeResult {
     pub status: Option<u16>,
     pub latency: Duration,
     pub note: String,
+    /// The TLS handshake failed on the server's certificate (not trusted, wrong name, expired).
+    pub cert_error: bool,
 }
 
 const MAX_HEAD: usize = 16 * 1024;
 
+/// Why an attempt failed.
+struct Failure {
+    outcome: ProbeOutcome,
+    note: String,
+    cert_error: bool,
+}
+
+fn fail(outcome: ProbeOutcome, note: impl Into<String>) -> Failure {
+    Failure { outcome, note: note.into(), cert_error: false }
+}
+
 pub async fn probe(t: &Target, timeout: Duration, bearer: Option<&str>) -> ProbeResult {
     let t0 = Instant::now();
-    let r = tokio::time::timeout(timeout, attempt(t, bearer)).await;
+    // Set while a TLS handshake is under way, so a timeout can say where it stopped.
+    let handshaking = AtomicBool::new(false);
+    let r = tokio::time::timeout(timeout, attempt(t, bearer, &handshaking)).await;
     let latency = t0.elapsed();
     match r {
-        Err(_) => ProbeResult {
-            outcome: ProbeOutcome::Timeout,
-            status: None,
-            latency,
-            note: format!("no answer within {:.1}s", timeout.as_secs_f64()),
-        },
-        Ok(Err((o, note))) => ProbeResult { outcome: o, status: None, latency, note },
+        Err(_) => {
+            let during = if handshaking.load(Ordering::SeqCst) { " (TLS handshake not finished)" } else { "" };
+            ProbeResult {
+                outcome: ProbeOutcome::Timeout,
+                status: None,
+                latency,
+                note: format!("no answer within {:.1}s{during}", timeout.as_secs_f64()),
+                cert_error: false,
+            }
+        }
+        Ok(Err(f)) => ProbeResult { outcome: f.outcome, status: None, latency, note: f.note, cert_error: f.cert_error },
         Ok(Ok(code)) => {
             let outcome = if (200..300).contains(&code) { ProbeOutcome::Ok } else { ProbeOutcome::NotReady };
-            ProbeResult { outcome, status: Some(code), latency, note: format!("HTTP {code}") }
+            ProbeResult { outcome, status: Some(code), latency, note: format!("HTTP {code}"), cert_error: false }
         }
     }
 }
 
-async fn attempt(t: &Target, bearer: Option<&str>) -> Result<u16, (ProbeOutcome, String)> {
+async fn attempt(t: &Target, bearer: Option<&str>, handshaking: &AtomicBool) -> Result<u16, Failure> {
     let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((t.host.as_str(), t.port)).await {
         Ok(a) => a.collect(),
-        Err(e) => return Err((ProbeOutcome::Error, format!("resolve {}: {e}", t.host))),
+        Err(e) => return Err(fail(ProbeOutcome::Error, format!("resolve {}: {e}", t.host))),
     };
-    let mut s = match connect_any(&addrs).await {
+    let s = match connect_any(&addrs).await {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            return Err((ProbeOutcome::Refused, "connection refused".into()))
+            return Err(fail(ProbeOutcome::Refused, "connection refused"))
         }
-        Err(e) => return Err((ProbeOutcome::Error, format!("connect: {e}"))),
+        Err(e) => return Err(fail(ProbeOutcome::Error, format!("connect: {e}"))),
     };
     let host = if t.host.contains(':') { format!("[{}]", t.host) } else { t.host.clone() };
     let mut req = format!(
@@ -99,11 +141,43 @@ async fn attempt(t: &Target, bearer: Option<&str>) -> Result<u16, (ProbeOutcome,
         req.push_str(&format!("Authorization: Bearer {b}\r\n"));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await.map_err(|e| (ProbeOutcome::Error, format!("send: {e}")))?;
+    match &t.tls {
+        None => status_of(s, &req).await,
+        Some(tls) => {
+            handshaking.store(true, Ordering::SeqCst);
+            let s = handshake(tls, s).await.map_err(|e| Failure {
+                outcome: ProbeOutcome::Error,
+                note: tls::describe(&e),
+                cert_error: tls::is_cert_error(&e),
+            })?;
+            handshaking.store(false, Ordering::SeqCst);
+            status_of(s, &req).await
+        }
+    }
+}
+
+async fn handshake(tls: &Tls, s: TcpStream) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    tokio_rustls::TlsConnector::from(tls.config.clone()).connect(tls.name.clone(), s).await
+}
+
+/// A TLS peer that closes the connection without its `close_notify` alert gives `UnexpectedEof`
+/// (plain TCP never does): after an answer has begun, that is the end of the answer.
+fn is_eof(e: &std::io::Error, got: &[u8]) -> bool {
+    e.kind() == std::io::ErrorKind::UnexpectedEof && !got.is_empty()
+}
+
+/// Sends the request and reads (bounded) up to the status line.
+async fn status_of<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, req: &str) -> Result<u16, Failure> {
+    s.write_all(req.as_bytes()).await.map_err(|e| fail(ProbeOutcome::Error, format!("send: {e}")))?;
+    s.flush().await.map_err(|e| fail(ProbeOutcome::Error, format!("send: {e}")))?;
     let mut head = Vec::with_capacity(256);
     let mut buf = [0u8; 1024];
     loop {
-        let n = s.read(&mut buf).await.map_err(|e| (ProbeOutcome::Error, format!("read: {e}")))?;
+        let n = match s.read(&mut buf).await {
+            Ok(n) => n,
+            Err(e) if is_eof(&e, &head) => 0,
+            Err(e) => return Err(fail(ProbeOutcome::Error, format!("read: {e}"))),
+        };
         if n == 0 {
             break;
         }
@@ -120,9 +194,9 @@ async fn attempt(t: &Target, bearer: Option<&str>) -> Result<u16, (ProbeOutcome,
             .parse::<u16>()
             .ok()
             .filter(|c| (100..600).contains(c))
-            .ok_or((ProbeOutcome::Error, "bad status line".into())),
-        _ if head.is_empty() => Err((ProbeOutcome::Error, "connection closed without an answer".into())),
-        _ => Err((ProbeOutcome::Error, "not an HTTP answer".into())),
+            .ok_or(fail(ProbeOutcome::Error, "bad status line")),
+        _ if head.is_empty() => Err(fail(ProbeOutcome::Error, "connection closed without an answer")),
+        _ => Err(fail(ProbeOutcome::Error, "not an HTTP answer")),
     }
 }
 
@@ -137,7 +211,13 @@ mod tests {
         let t = Target::parse("http://[::1]:9/x").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 9));
         assert_eq!(Target::parse("http://h").unwrap().port, 80);
-        assert!(Target::parse("https://x").is_err());
+        assert!(Target::parse("ftp://x").is_err());
+        assert!(Target::parse("http://h/").unwrap().tls.is_none());
+        let insecure = TlsOpts { ca_cert: None, insecure: true };
+        let t = Target::parse_with("https://node7.example/health", &insecure).unwrap();
+        assert_eq!((t.port, t.is_https(), t.url().as_str()), (443, true, "https://node7.example:443/health"));
+        let t = Target::parse_with("https://[::1]:8443/x", &insecure).unwrap();
+        assert_eq!((t.port, t.url().as_str()), (8443, "https://[::1]:8443/x"));
         assert!(Target::parse("http://:80/").is_err());
         assert!(Target::parse("http://h:99999/").is_err());
     }
@@ -172,7 +252,7 @@ pub async fn request(
     let fut = async {
         let addrs: Vec<std::net::SocketAddr> =
             tokio::net::lookup_host((t.host.as_str(), t.port)).await.map_err(|e| format!("resolve: {e}"))?.collect();
-        let mut s = connect_any(&addrs).await.map_err(|e| format!("connect: {e}"))?;
+        let s = connect_any(&addrs).await.map_err(|e| format!("connect: {e}"))?;
         let host = if t.host.contains(':') { format!("[{}]", t.host) } else { t.host.clone() };
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}:{}\r\nUser-Agent: vigil\r\nAccept: application/json\r\nConnection: close\r\n", t.port);
         if let Some(b) = bearer {
@@ -185,22 +265,36 @@ pub async fn request(
         if let Some(b) = body {
             req.push_str(b);
         }
-        s.write_all(req.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
-        let mut data = Vec::new();
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            let n = s.read(&mut buf).await.map_err(|e| format!("read: {e}"))?;
-            if n == 0 {
-                break;
-            }
-            data.extend_from_slice(&buf[..n]);
-            if data.len() > MAX_BODY + MAX_HEAD {
-                return Err(format!("answer larger than {} bytes", MAX_BODY));
-            }
-        }
+        let data = match &t.tls {
+            None => exchange(s, &req).await?,
+            Some(tls) => exchange(handshake(tls, s).await.map_err(|e| tls::describe(&e))?, &req).await?,
+        };
         parse_response(&data)
     };
     tokio::time::timeout(timeout, fut).await.map_err(|_| format!("no answer within {:.1}s", timeout.as_secs_f64()))?
+}
+
+/// Sends the request and reads (bounded) the whole answer, until the server closes the connection.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, req: &str) -> Result<Vec<u8>, String> {
+    s.write_all(req.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
+    s.flush().await.map_err(|e| format!("send: {e}"))?;
+    let mut data = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match s.read(&mut buf).await {
+            Ok(n) => n,
+            Err(e) if is_eof(&e, &data) => 0,
+            Err(e) => return Err(format!("read: {e}")),
+        };
+        if n == 0 {
+            break;
+        }
+        data.extend_from_slice(&buf[..n]);
+        if data.len() > MAX_BODY + MAX_HEAD {
+            return Err(format!("answer larger than {} bytes", MAX_BODY));
+        }
+    }
+    Ok(data)
 }
 
 fn parse_response(data: &[u8]) -> Result<(u16, Vec<u8>), String> {

@@ -34,6 +34,8 @@ pub struct Args {
     pub interval: Duration,
     pub probe_timeout: Option<Duration>,
     pub api_key_env: Option<String>,
+    /// Trust for an `https://` URL (`--ca-cert`, `--insecure`).
+    pub tls: crate::tls::TlsOpts,
     pub stall: Vec<crate::cli::Stall>,
     pub json: bool,
     pub quiet: bool,
@@ -81,6 +83,7 @@ impl Args {
             interval: Duration::from_secs(1),
             probe_timeout: None,
             api_key_env: None,
+            tls: crate::tls::TlsOpts::default(),
             stall: vec![],
             json: false,
             quiet: false,
@@ -192,13 +195,16 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         && follow::arg_value(&argv, "--node-rank").and_then(|v| v.parse::<u32>().ok()).is_some_and(|r| r >= 1);
     let cmd_port = follow::arg_value(&argv, "--port").and_then(|p| p.parse::<u16>().ok());
     let target = match (&a.url, &forced) {
-        (Some(u), _) => Some(Target::parse(u).map_err(CliError::usage)?),
+        (Some(u), _) => Some(Target::parse_with(u, &a.tls).map_err(CliError::usage)?),
         (None, Some(p)) if !has_log => Some(
             Target::parse(&format!("http://127.0.0.1:{}{}", cmd_port.unwrap_or(p.port), p.health_path))
                 .map_err(CliError::usage)?,
         ),
         _ => None,
     };
+    if a.tls.is_set() && !target.as_ref().is_some_and(Target::is_https) {
+        return Err(CliError::usage("--ca-cert and --insecure apply to an https:// --url only"));
+    }
     if target.is_none() && !has_log && a.pid.is_none() {
         return Err(CliError::usage("wait: nothing to watch: give --url, --log, --log-cmd, --pid or --server"));
     }
@@ -349,6 +355,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let mut gen_task: Option<JoinHandle<GenProof>> = None;
     let mut next_gen = Instant::now();
     let mut last_probe: Option<(ProbeOutcome, String)> = None;
+    let mut cert_noted = false;
     let mut lines_open = has_log;
     let mut squatter_noted = false;
     let mut stage = Stage::Starting;
@@ -448,6 +455,12 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                         rep.json(serde_json::json!({"event": "probe", "t_ms": ms(), "outcome": r.outcome, "status": r.status, "latency_ms": r.latency.as_millis() as u64, "note": r.note}));
                     }
                     last_probe = Some(key);
+                }
+                if r.cert_error && !cert_noted {
+                    // Said once, whatever the output mode: retrying will not fix it unless the server's
+                    // certificate changes (an ingress serving a placeholder until its secret loads does).
+                    rep.note(ms(), &format!("health probe: {}", r.note));
+                    cert_noted = true;
                 }
                 if let Some(m) = &metrics {
                     m.probe_latency(r.latency.as_secs_f64());
@@ -744,9 +757,11 @@ async fn exit_info(state: Option<&std::path::Path>) -> ExitInfo {
 }
 
 /// The process listening on a loopback target's port, when it is not `pid` or one of its descendants.
+/// Not asked of `https://` targets: a TLS endpoint is usually a terminating proxy in front of the server
+/// (stunnel, nginx), another process by design; the certificate check stands in for this one.
 fn foreign_holder(pid: i32, t: &Target) -> Option<(i32, String)> {
     let loopback = t.host == "localhost" || t.host == "::1" || t.host.starts_with("127.");
-    if !loopback {
+    if !loopback || t.is_https() {
         return None;
     }
     // Cheap first: is the listening socket one of the tree's own file descriptors?

@@ -126,15 +126,25 @@ fn hostile_inputs_are_bounded_and_never_panic() {
 #[test]
 fn bad_input_is_one_clear_line() {
     let d = TempDir::new("bad");
+    std::fs::write(d.path("notpem.txt"), "not a certificate\n").unwrap();
     for (args, needle) in [
         (vec!["diagnose", "/nonexistent/file.log"], "cannot read /nonexistent/file.log"),
         (vec!["diagnose", "/tmp"], "is a directory"),
         (vec!["diagnose", "--server", "nosuch", "/tmp"], "unknown server kind"),
         (vec!["wait"], "nothing to watch"),
-        (vec!["wait", "--url", "ftp://x"], "must start with http://"),
+        (vec!["wait", "--url", "ftp://x"], "must start with http:// or https://"),
         (vec!["wait", "--url", "http://127.0.0.1:1/", "--stall", "warp=1s"], "unknown phase"),
         (vec!["wait", "--url", "http://127.0.0.1:1/", "--timeout", "soon"], "bad duration"),
         (vec!["wait", "--url", "http://127.0.0.1:1/", "--api-key-env", "VIGIL_UNSET_VAR_X"], "is not set"),
+        (
+            vec!["wait", "--url", "https://127.0.0.1:1/", "--ca-cert", "/nonexistent/ca.pem"],
+            "--ca-cert /nonexistent/ca.pem: cannot read it",
+        ),
+        (vec!["probe", "--url", "https://127.0.0.1:1/", "--ca-cert", "/nonexistent/ca.pem"], "cannot read it"),
+        (vec!["wait", "--url", "https://127.0.0.1:1/", "--ca-cert", "notpem.txt"], "no certificate in it"),
+        (vec!["wait", "--url", "http://127.0.0.1:1/", "--insecure"], "apply to an https:// --url only"),
+        (vec!["probe", "--url", "http://127.0.0.1:1/", "--ca-cert", "notpem.txt"], "apply to an https:// --url only"),
+        (vec!["wait", "--url", "https://127.0.0.1:1/", "--ca-cert", "x.pem", "--insecure"], "cannot be used with"),
     ] {
         let mut c = vigil();
         c.args(&args).current_dir(&d.0);

@@ -148,6 +148,61 @@ fn http_reset_and_garbage() {
     }
 }
 
+/// A scripted TLS stand-in (no real server does this): it accepts, reads the ClientHello and never
+/// answers it. The handshake is inside the probe's deadline: a probe timeout, not a hang.
+#[test]
+fn https_accept_and_never_finish_the_handshake() {
+    let port = scripted(|mut s| {
+        read_req(&mut s);
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let url = format!("https://127.0.0.1:{port}/health");
+    // `vigil probe`: one probe, bounded by --timeout; measured.
+    let mut c = vigil();
+    c.args(["probe", "--url", &url, "--timeout", "1s"]);
+    let t0 = Instant::now();
+    let o = run_bounded(c, T);
+    let dt = t0.elapsed();
+    let out = String::from_utf8_lossy(&o.stdout);
+    eprintln!("handshake stall: vigil probe --timeout 1s ended after {dt:?}");
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    // The whole command is bounded by --timeout: the probe gets what is left after the set-up.
+    assert!(out.contains("no answer within") && out.contains("(TLS handshake not finished)"), "{out}");
+    assert!(dt >= Duration::from_secs(1) && dt < Duration::from_secs(5), "took {dt:?}");
+    // `vigil wait`: every probe times out at --probe-timeout; the verdict comes at --timeout.
+    let mut c = vigil();
+    c.args(["wait", "--json", "--server", "llama-cpp", "--url", &url, "--interval", "200ms"]);
+    c.args(["--timeout", "3s", "--probe-timeout", "500ms"]);
+    let t0 = Instant::now();
+    let o = run_bounded(c, T);
+    let dt = t0.elapsed();
+    let v = json_lines(&o);
+    assert_eq!(o.status.code(), Some(5), "{v:?}");
+    assert!(dt < Duration::from_secs(10), "took {dt:?}");
+    let p = v.iter().find(|x| x["event"] == "probe").expect("no probe event");
+    assert_eq!(p["outcome"], "timeout", "{p}");
+    let ms = p["latency_ms"].as_u64().unwrap();
+    eprintln!("handshake stall: wait --probe-timeout 500ms: probe ended after {ms} ms");
+    assert!((500..1500).contains(&ms), "{p}");
+}
+
+/// A scripted stand-in that answers the ClientHello with bytes that are not TLS: an error at once.
+#[test]
+fn https_garbage_instead_of_a_server_hello() {
+    let port = scripted(|mut s| {
+        read_req(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    });
+    let mut c = vigil();
+    c.args(["probe", "--url", &format!("https://127.0.0.1:{port}/health"), "--timeout", "5s"]);
+    let t0 = Instant::now();
+    let o = run_bounded(c, T);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("TLS handshake") && out.contains("plain http://"), "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
+}
+
 /// `localhost` URL against a server on 127.0.0.1 only (the ::1-first order is tested in probe.rs's
 /// `ipv6_first_falls_back_to_ipv4`: this machine's resolver gives 127.0.0.1 only).
 #[test]

@@ -1,7 +1,13 @@
-//! The CLI explaining itself: the help headings and the examples of each command.
+//! The CLI explaining itself: help headings, the examples of each command, and
+//! `vigil completions` / `vigil man`, generated from the same clap definitions as `--help`.
 //!
 //! The examples live here as text so main.rs keeps only the flag definitions; a test parses every
 //! `vigil ...` line of every example with the real parser, so an example cannot drift from the flags.
+
+use crate::cli::CliError;
+use clap::Command;
+use std::io::Write;
+use std::path::Path;
 
 // Help headings: every flag of every command sits under one of these (or under "Options").
 
@@ -52,7 +58,7 @@ Exit codes:
   11 degraded (speculation off), 12 host unreachable, 130 interrupted.
 
 Durations are written 500ms, 90s, 5m, 1h or a bare number of seconds.
-`vigil COMMAND --help` shows a command's flags and examples.";
+`vigil COMMAND --help` shows a command's flags and examples; `vigil man` the manual page.";
 
 pub const DIAGNOSE: &str = "\
 Examples:
@@ -158,11 +164,138 @@ Examples:
   # every 2 seconds
   watch -n 2 vigil gpu";
 
+pub const COMPLETIONS: &str = "\
+Examples:
+  vigil completions bash > ~/.local/share/bash-completion/completions/vigil
+  # zsh: a directory in $fpath (e.g. fpath=(~/.zfunc $fpath) before compinit in ~/.zshrc)
+  vigil completions zsh > ~/.zfunc/_vigil
+  vigil completions fish > ~/.config/fish/completions/vigil.fish";
+
+pub const MAN: &str = "\
+Examples:
+  # read it now
+  vigil man | man -l -
+  # install one page per command (vigil.1, vigil-up.1, ...), then `man vigil-up`
+  vigil man --dir ~/.local/share/man/man1";
+
+/// `vigil completions SHELL`: the completion script on stdout.
+pub fn completions(shell: clap_complete::Shell, cmd: Command) -> Result<i32, CliError> {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut without_hidden(cmd), "vigil", &mut buf);
+    write_stdout(&buf)
+}
+
+/// The root command less its hidden subcommands (`__keeper`), which clap_complete would offer
+/// (clap cannot remove a subcommand, so the root is rebuilt from its parts: version, about, flags,
+/// the visible subcommands).
+fn without_hidden(cmd: Command) -> Command {
+    Command::new("vigil")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(cmd.get_about().cloned().unwrap_or_default())
+        .args(cmd.get_arguments().cloned())
+        .subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
+}
+
+/// `vigil man`: the top page on stdout; `--dir DIR`: one page per command written to DIR.
+pub fn man(mut cmd: Command, dir: Option<&Path>) -> Result<i32, CliError> {
+    // Building the root first names the subcommands `vigil-up` and their synopsis `vigil up`.
+    cmd = cmd.disable_help_subcommand(true);
+    cmd.build();
+    let Some(dir) = dir else {
+        let mut buf = Vec::new();
+        render_page(&cmd, &mut buf).map_err(|e| CliError::Internal(format!("man: {e}")))?;
+        return write_stdout(&buf);
+    };
+    let err = |e: std::io::Error| CliError::usage(format!("man --dir {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let mut pages = vec![cmd.clone()];
+    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    for page in &pages {
+        let mut buf = Vec::new();
+        render_page(page, &mut buf).map_err(err)?;
+        let name = format!("{}.1", page.get_display_name().unwrap_or_else(|| page.get_name()));
+        std::fs::write(dir.join(&name), &buf).map_err(err)?;
+        crate::report::out_line(&dir.join(&name).display().to_string());
+    }
+    Ok(crate::exit::READY)
+}
+
+/// One manual page: clap_mangen's sections, with the long help's trailing text (examples, exit
+/// codes) as sections of their own in no-fill mode, so example lines stay one per line.
+fn render_page(cmd: &Command, w: &mut Vec<u8>) -> std::io::Result<()> {
+    let man = clap_mangen::Man::new(cmd.clone()).source(format!("vigil {}", env!("CARGO_PKG_VERSION")));
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(w)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(w)?;
+    }
+    if let Some(text) = cmd.get_after_long_help() {
+        w.extend_from_slice(roff_blocks(&text.to_string()).as_bytes());
+    }
+    if cmd.get_version().is_some() {
+        man.render_version_section(w)?;
+    }
+    Ok(())
+}
+
+/// Turns `Heading:` blocks of plain text into `.SH HEADING` sections with their lines kept as
+/// written (`.nf`); other paragraphs become filled ones.
+fn roff_blocks(text: &str) -> String {
+    let mut out = String::new();
+    for block in text.split("\n\n") {
+        let mut lines = block.lines();
+        let Some(first) = lines.next() else { continue };
+        match first.strip_suffix(':').filter(|h| !h.starts_with(' ')) {
+            Some(h) => {
+                out.push_str(&format!(".SH {}\n.nf\n", h.to_uppercase()));
+                for l in lines {
+                    out.push_str(&roff_line(l.strip_prefix("  ").unwrap_or(l)));
+                    out.push('\n');
+                }
+                out.push_str(".fi\n");
+            }
+            None => {
+                out.push_str(".PP\n");
+                for l in block.lines() {
+                    out.push_str(&roff_line(l.trim()));
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One line of text for roff: backslashes and hyphens escaped, a leading control character guarded.
+fn roff_line(l: &str) -> String {
+    let s = l.replace('\\', "\\e").replace('-', "\\-");
+    if s.starts_with('.') || s.starts_with('\'') {
+        format!("\\&{s}")
+    } else {
+        s
+    }
+}
+
+/// Writes generated text to stdout; a reader that went away (`vigil man | head`) is not an error.
+fn write_stdout(buf: &[u8]) -> Result<i32, CliError> {
+    let mut o = std::io::stdout().lock();
+    match o.write_all(buf).and_then(|_| o.flush()) {
+        Ok(()) => Ok(crate::exit::READY),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(crate::exit::READY),
+        Err(e) => Err(CliError::Internal(format!("writing to stdout: {e}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Cli;
-    use clap::{Command, CommandFactory, Parser};
+    use clap::{CommandFactory, Parser};
 
     fn built() -> Command {
         let mut c = Cli::command();
@@ -267,6 +400,23 @@ mod tests {
             assert!(n >= 2, "{path}: {n} examples");
             checked += 1;
         }
-        assert!(checked >= 14, "{checked}");
+        assert!(checked >= 16, "{checked}");
+    }
+
+    /// Completions offer every visible command and none of the hidden ones.
+    #[test]
+    fn completions_leave_out_hidden_commands() {
+        let c = without_hidden(Cli::command());
+        let names: Vec<_> = c.get_subcommands().map(|s| s.get_name()).collect();
+        assert!(names.contains(&"up") && names.contains(&"man"), "{names:?}");
+        assert!(!names.contains(&"__keeper"), "{names:?}");
+        assert!(c.get_arguments().any(|a| a.get_id() == "host"));
+        assert_eq!(c.get_version(), Some(env!("CARGO_PKG_VERSION")));
+    }
+
+    #[test]
+    fn roff_keeps_example_lines() {
+        let r = roff_blocks("Examples:\n  # a\n  vigil up --name x -- a\\b\n\nplain text\n.x");
+        assert_eq!(r, ".SH EXAMPLES\n.nf\n# a\nvigil up \\-\\-name x \\-\\- a\\eb\n.fi\n.PP\nplain text\n\\&.x\n");
     }
 }

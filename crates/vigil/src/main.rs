@@ -77,7 +77,7 @@ pub async fn next_interrupt() {
     }
 }
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use cli::{check_server, load_profiles, parse_duration, CliError};
 use std::path::PathBuf;
 
@@ -282,6 +282,20 @@ enum Cmd {
         /// One JSON object: GPUs, processes, source, time.
         #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(after_long_help = help::COMPLETIONS)]
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout, or write one page per command with --dir.
+    #[command(after_long_help = help::MAN)]
+    Man {
+        /// Write vigil.1, vigil-up.1, ... into DIR (created if missing) instead of printing vigil.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
     /// Internal: the keeper process of a run (started by `vigil up`, not by hand).
     #[command(name = "__keeper", hide = true)]
@@ -551,6 +565,13 @@ fn run(cli: Cli) -> Result<i32, CliError> {
     if let Cmd::Keeper { dir } = cli.cmd {
         return Ok(keeper::main(dir));
     }
+    // Generated from the definitions alone: no profiles, no remote host.
+    if let Cmd::Completions { shell } = cli.cmd {
+        return help::completions(shell, Cli::command());
+    }
+    if let Cmd::Man { dir } = &cli.cmd {
+        return help::man(Cli::command(), dir.as_deref());
+    }
     if !matches!(cli.cmd, Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. }) {
         install_interrupt_handlers();
     }
@@ -660,7 +681,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             check_server(&profiles, &server)?;
             check::run(cmd, server, json, &profiles)
         }
-        Cmd::Keeper { .. } => unreachable!("handled above"),
+        Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
             for p in &profiles.list {
                 crate::report::out_line(&format!(

@@ -84,7 +84,7 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "vigil",
-    version,
+    version = help::VERSION,
     about = "Brings up and watches LLM inference servers (SGLang, vLLM, llama-server, TGI)",
     long_about = help::ABOUT,
     after_long_help = help::VIGIL

@@ -1,9 +1,12 @@
 //! Issue #16 item 3, a CLI that explains itself, through the binary: the shell completions and the
-//! manual page come from the same definitions as `--help` and name the real flags.
+//! manual page come from the same definitions as `--help` and name the real flags; `--version`
+//! names the commit; the build script that finds the commit never fails a build.
 //! (That every flag and subcommand has a help line is a unit test in src/help.rs.)
 
 mod common;
 use common::*;
+use std::path::Path;
+use std::process::Command;
 
 fn ok_stdout(args: &[&str]) -> String {
     let out = vigil().args(args).output().unwrap();
@@ -71,6 +74,31 @@ fn man_dir_that_cannot_be_made_is_one_line_error() {
     assert!(err.starts_with("vigil: error: man --dir "), "{err}");
 }
 
+/// `vigil 0.1.0 (commit 3a288c3)`, `(commit 3a288c3-dirty)` or `(commit unknown)`.
+fn commit_of(version_line: &str) -> Option<&str> {
+    let rest = version_line.strip_prefix("vigil ")?;
+    let (ver, rest) = rest.split_once(" (commit ")?;
+    let commit = rest.strip_suffix(")\n")?;
+    if !ver.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    let hex = commit.strip_suffix("-dirty").unwrap_or(commit);
+    (commit == "unknown" || hex.len() >= 7 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(commit)
+}
+
+#[test]
+fn version_names_the_commit() {
+    assert_eq!(commit_of("vigil 0.1.0 (commit 3a288c3)\n"), Some("3a288c3"));
+    assert_eq!(commit_of("vigil 0.1.0 (commit 3a288c3-dirty)\n"), Some("3a288c3-dirty"));
+    assert_eq!(commit_of("vigil 0.1.0 (commit unknown)\n"), Some("unknown"));
+    assert_eq!(commit_of("vigil 0.1.0\n"), None);
+    for flag in ["--version", "-V"] {
+        let s = ok_stdout(&[flag]);
+        assert!(commit_of(&s).is_some(), "vigil {flag}: {s:?}");
+        assert!(s.starts_with(&format!("vigil {} ", env!("CARGO_PKG_VERSION"))), "{s}");
+    }
+}
+
 #[test]
 fn every_command_help_has_examples() {
     for cmd in ["diagnose", "wait", "watch", "probe", "profiles", "check", "up", "down", "status", "logs"] {
@@ -85,4 +113,83 @@ fn every_command_help_has_examples() {
     // the short help stays short: no examples, a pointer to --help
     let short = ok_stdout(&["up", "-h"]);
     assert!(!short.contains("Examples:") && short.contains("--help"), "{short}");
+}
+
+/// Compiles the package's build script alone and runs it as cargo would, in `manifest_dir`.
+fn run_build_script(bin: &Path, manifest_dir: &Path, commit_env: Option<&str>) -> String {
+    let mut c = Command::new(bin);
+    c.env("CARGO_MANIFEST_DIR", manifest_dir).env_remove("VIGIL_GIT_COMMIT");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("GIT_") {
+            c.env_remove(k);
+        }
+    }
+    if let Some(v) = commit_env {
+        c.env("VIGIL_GIT_COMMIT", v);
+    }
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "build script failed: {}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    for l in s.lines().filter_map(|l| l.strip_prefix("cargo:rerun-if-changed=")) {
+        // a path that does not exist would rerun the script (and rebuild vigil) on every build
+        assert!(Path::new(l).exists(), "rerun-if-changed on a missing path: {l}");
+    }
+    s.lines()
+        .find_map(|l| l.strip_prefix("cargo:rustc-env=VIGIL_GIT_COMMIT="))
+        .expect("no VIGIL_GIT_COMMIT")
+        .to_string()
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn build_script_falls_back_to_unknown_and_marks_dirty_trees() {
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("SKIP: no git");
+        return;
+    }
+    let d = TempDir::new("buildrs");
+    let bin = d.path("build-script");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("build.rs");
+    let out = Command::new(rustc).args(["--edition", "2021", "-O", "-o"]).arg(&bin).arg(&src).output().unwrap();
+    assert!(out.status.success(), "rustc build.rs: {}", String::from_utf8_lossy(&out.stderr));
+
+    // A source tarball: no .git anywhere above the workspace.
+    let ws = d.path("tarball/vigil-0.1.0");
+    std::fs::create_dir_all(ws.join("crates/vigil/src")).unwrap();
+    std::fs::write(ws.join("Cargo.toml"), "[workspace]\n").unwrap();
+    assert_eq!(run_build_script(&bin, &ws.join("crates/vigil"), None), "unknown");
+    // A packager names the commit.
+    assert_eq!(run_build_script(&bin, &ws.join("crates/vigil"), Some("abc1234")), "abc1234");
+
+    // The same tarball unpacked inside some other git checkout: not that checkout's commit.
+    git(&d.path("tarball"), &["init", "-q"]);
+    assert_eq!(run_build_script(&bin, &ws.join("crates/vigil"), None), "unknown");
+
+    // The workspace's own repository: the short commit, then -dirty after an edit to a source.
+    let repo = d.path("repo");
+    std::fs::create_dir_all(repo.join("crates/vigil/src")).unwrap();
+    std::fs::write(repo.join("Cargo.toml"), "[workspace]\n").unwrap();
+    std::fs::write(repo.join("crates/vigil/src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(repo.join("README.md"), "readme\n").unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "x"]);
+    let clean = run_build_script(&bin, &repo.join("crates/vigil"), None);
+    assert!(clean.len() >= 7 && clean.bytes().all(|b| b.is_ascii_hexdigit()), "{clean}");
+    // a change outside the compiled sources does not make the binary dirty
+    std::fs::write(repo.join("README.md"), "changed\n").unwrap();
+    assert_eq!(run_build_script(&bin, &repo.join("crates/vigil"), None), clean);
+    std::fs::write(repo.join("crates/vigil/src/main.rs"), "fn main() { }\n").unwrap();
+    assert_eq!(run_build_script(&bin, &repo.join("crates/vigil"), None), format!("{clean}-dirty"));
 }

@@ -244,7 +244,7 @@ enum Cmd {
     /// One line per run: server, phase or verdict, time in it, port, pid, log age.
     #[command(after_long_help = help::STATUS)]
     Status {
-        /// One JSON object per run.
+        /// One line of JSON: an array with one object per run.
         #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
     },
@@ -272,7 +272,7 @@ enum Cmd {
     /// Inference servers on this machine that vigil did not start.
     #[command(after_long_help = help::PS)]
     Ps {
-        /// One JSON object per server: pid, kind, age, ports, GPU memory, command (secrets redacted).
+        /// One line of JSON: an array with one object per server (pid, kind, age, ports, GPU MiB, command).
         #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
     },

@@ -7,6 +7,7 @@ mod exit;
 mod follow;
 mod gguf;
 mod gpu;
+mod help;
 mod hosts;
 mod keeper;
 mod kprobe;
@@ -119,19 +120,21 @@ pub async fn next_interrupt() {
     }
 }
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use cli::{check_server, load_profiles, parse_duration, CliError};
 use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(
     name = "vigil",
-    version,
-    about = "Brings up and watches LLM inference servers (SGLang, vLLM, llama-server, TGI)"
+    version = help::VERSION,
+    about = "Brings up and watches LLM inference servers (SGLang, vLLM, llama-server, TGI)",
+    long_about = help::ABOUT,
+    after_long_help = help::VIGIL
 )]
 struct Cli {
-    /// Extra profile directory (*.toml); also read: $XDG_CONFIG_HOME/vigil/profiles/
-    #[arg(long = "profiles", global = true, value_name = "DIR")]
+    /// Extra profile directory (*.toml), repeatable; also read: $XDG_CONFIG_HOME/vigil/profiles/
+    #[arg(long = "profiles", global = true, value_name = "DIR", help_heading = help::PROFILES)]
     profiles: Vec<PathBuf>,
     #[command(flatten)]
     remote: RemoteFlags,
@@ -143,54 +146,60 @@ struct Cli {
 #[derive(clap::Args)]
 struct RemoteFlags {
     /// Run on a remote node over SSH: [USER@]NODE, a Host of your ssh config, or ssh://[USER@]NODE[:PORT].
-    #[arg(long, global = true, value_name = "[USER@]NODE")]
+    ///
+    /// Works with up, wait, status, logs, down, ps and check. Your ~/.ssh/config applies (ProxyJump,
+    /// agent, keys); never a prompt: an unknown host key or a refused key is a one-line error (exit 12).
+    #[arg(long, global = true, value_name = "[USER@]NODE", help_heading = help::REMOTE)]
     host: Option<String>,
     /// Several hosts, comma-separated: a fleet (each host on its own), or with --multi-node one server.
-    #[arg(long, global = true, value_name = "H1,H2,...")]
+    #[arg(long, global = true, value_name = "H1,H2,...", help_heading = help::REMOTE)]
     hosts: Option<String>,
     /// Hosts from a file, one a line (# comments).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", help_heading = help::REMOTE)]
     hosts_file: Option<PathBuf>,
     /// The hosts run one server together: rank i on the i-th host; one verdict (implied by --nnodes N>1).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = help::REMOTE)]
     multi_node: bool,
     /// Fleets: at most this many hosts at once.
-    #[arg(long, global = true, default_value_t = 8, value_name = "N")]
+    #[arg(long, global = true, default_value_t = 8, value_name = "N", help_heading = help::REMOTE)]
     parallel: usize,
     /// ssh config file (ssh -F); default: ssh's own (~/.ssh/config).
-    #[arg(long, global = true, value_name = "FILE", env = "VIGIL_SSH_CONFIG")]
+    #[arg(long, global = true, value_name = "FILE", env = "VIGIL_SSH_CONFIG", help_heading = help::REMOTE)]
     ssh_config: Option<PathBuf>,
-    /// SSH connect timeout (TCP and the SSH banner).
-    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
+    /// SSH connect timeout, TCP and the SSH banner (duration: 10s, 1m); past it: exit 12.
+    #[arg(long, global = true, default_value = "10s", value_name = "DUR", value_parser = parse_duration, help_heading = help::REMOTE)]
     connect_timeout: std::time::Duration,
-    /// After the connection drops, keep reconnecting this long (backoff 0.25 s doubling to 5 s).
-    #[arg(long, global = true, default_value = "2m", value_parser = parse_duration)]
+    /// After the connection drops, keep reconnecting this long (backoff 0.25 s doubling to 5 s); then exit 12.
+    #[arg(long, global = true, default_value = "2m", value_name = "DUR", value_parser = parse_duration, help_heading = help::REMOTE)]
     reconnect_for: std::time::Duration,
     /// Runs directory on the remote (default ${XDG_STATE_HOME:-~/.local/state}/vigil/remote).
-    #[arg(long, global = true, value_name = "DIR", env = "VIGIL_REMOTE_DIR")]
+    #[arg(long, global = true, value_name = "DIR", env = "VIGIL_REMOTE_DIR", help_heading = help::REMOTE)]
     remote_dir: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
     /// Offline post-mortem of server logs: phase timeline, verdict, cause, evidence, hint.
+    #[command(after_long_help = help::DIAGNOSE)]
     Diagnose {
+        /// Server log files to read, or - for stdin (exit code: the worst verdict of them).
         #[arg(required = true, value_name = "FILE")]
         files: Vec<String>,
         /// JSON lines; the last line of each file is its verdict object.
-        #[arg(long)]
+        #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
         /// Show which pattern of which profile matched which line.
-        #[arg(long)]
+        #[arg(long, help_heading = help::OUTPUT)]
         explain: bool,
         /// Only the verdict line.
-        #[arg(long, short)]
+        #[arg(long, short, help_heading = help::OUTPUT)]
         quiet: bool,
         /// Server kind (default: detected from the log).
         #[arg(long, value_name = "KIND")]
         server: Option<String>,
     },
     /// Attach to a server started elsewhere (or a run of `vigil up`, by NAME) and wait for a verdict.
+    #[command(after_long_help = help::WAIT)]
     Wait {
         /// A run started with `vigil up` (reads its log, pid and URL from the run directory).
         #[arg(value_name = "NAME")]
@@ -199,45 +208,58 @@ enum Cmd {
         f: WaitFlags,
     },
     /// Watch a run after ready: health and generation probes, the log, the process (= wait NAME --watch).
+    #[command(after_long_help = help::WATCH)]
     Watch {
+        /// A run started with `vigil up` (see `vigil status`).
         name: String,
         #[command(flatten)]
         proof: ProofFlags,
-        #[arg(long)]
+        /// JSON lines on stdout, one event a line (schema: docs/events.md).
+        #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
     },
     /// One readiness check for Kubernetes exec probes: exit 0 ready, 1 not; one line.
+    #[command(after_long_help = help::PROBE)]
     Probe {
         /// A run of `vigil up`.
         #[arg(value_name = "NAME")]
         name: Option<String>,
-        #[arg(long)]
+        /// Health URL to probe (http://HOST:PORT/PATH; default with NAME: the run's port and profile path).
+        #[arg(long, help_heading = help::PROBING)]
         url: Option<String>,
         /// The server's log: a fatal marker in it means not ready.
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", help_heading = help::TARGET)]
         log: Option<String>,
         /// Also send one real completion.
-        #[arg(long)]
+        #[arg(long, help_heading = help::PROBING)]
         generate: bool,
-        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        /// Time for the whole check, probe and completion included; past it: not ready.
+        #[arg(long, default_value = "5s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROBING)]
         timeout: std::time::Duration,
-        #[arg(long, value_name = "KIND")]
+        /// Server kind (sglang, vllm, llama-cpp, tgi, generic; default: the run's, else detected from the log).
+        #[arg(long, value_name = "KIND", help_heading = help::TARGET)]
         server: Option<String>,
         #[command(flatten)]
         tls: TlsFlags,
     },
     /// List the server profiles (built-in and user).
+    #[command(after_long_help = help::PROFILES_CMD)]
     Profiles,
     /// Check a server command, its model configs and this machine before launching.
+    #[command(after_long_help = help::CHECK)]
     Check {
-        #[arg(long)]
+        /// JSON: every finding with its values, where they came from, the fix and "confirmed".
+        #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
+        /// Server kind (default: detected from the command line).
         #[arg(long, value_name = "KIND")]
         server: Option<String>,
+        /// The server command, after --, as you would launch it (nothing is run).
         #[arg(last = true, required = true, value_name = "CMD")]
         cmd: Vec<String>,
     },
     /// Launch a server under a keeper and watch it until a verdict.
+    #[command(after_long_help = help::UP)]
     Up {
         #[command(flatten)]
         up: UpFlags,
@@ -246,93 +268,135 @@ enum Cmd {
         cmd: Vec<std::ffi::OsString>,
     },
     /// Stop a run's whole process tree and prove nothing is left.
+    #[command(after_long_help = help::DOWN)]
     Down {
+        /// Runs to stop (see `vigil status`).
         #[arg(value_name = "NAME")]
         names: Vec<String>,
+        /// Stop every run of this machine (or of each --host).
         #[arg(long)]
         all: bool,
         /// A server tree vigil did not start (see `vigil ps`).
         #[arg(long)]
         pid: Option<i32>,
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        /// Time between SIGTERM and SIGKILL.
+        #[arg(long, default_value = "10s", value_name = "DUR", value_parser = parse_duration)]
         grace: std::time::Duration,
-        #[arg(long)]
+        /// JSON lines: the signals sent, the stop report, GPU memory released.
+        #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
     },
     /// One line per run: server, phase or verdict, time in it, port, pid, log age.
+    #[command(after_long_help = help::STATUS)]
     Status {
-        #[arg(long)]
+        /// One line of JSON: an array with one object per run.
+        #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
     },
     /// A run's log (secrets redacted).
+    #[command(after_long_help = help::LOGS)]
     Logs {
+        /// A run started with `vigil up` (see `vigil status`).
         name: String,
+        /// Keep printing lines as the server writes them (follows rotation); Ctrl-C to stop.
         #[arg(short = 'f', long)]
         follow: bool,
-        #[arg(short = 'n', long, default_value_t = 50)]
+        /// Print the last N lines first.
+        #[arg(short = 'n', long, value_name = "N", default_value_t = 50)]
         lines: usize,
     },
     /// Stop a run and start it again: same command, working directory and environment.
+    #[command(after_long_help = help::RESTART)]
     Restart {
+        /// The run to restart (see `vigil status`).
         #[arg(id = "run_name", value_name = "NAME")]
         name: String,
         #[command(flatten)]
         up: UpFlags,
     },
     /// Inference servers on this machine that vigil did not start.
+    #[command(after_long_help = help::PS)]
     Ps {
-        #[arg(long)]
+        /// One line of JSON: an array with one object per server (pid, kind, age, ports, GPU MiB, command).
+        #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
     },
     /// GPU readings (NVML, else nvidia-smi): per GPU memory and utilisation, per process memory.
+    #[command(after_long_help = help::GPU)]
     Gpu {
-        #[arg(long)]
+        /// One JSON object: GPUs, processes, source, time.
+        #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(after_long_help = help::COMPLETIONS)]
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout, or write one page per command with --dir.
+    #[command(after_long_help = help::MAN)]
+    Man {
+        /// Write vigil.1, vigil-up.1, ... into DIR (created if missing) instead of printing vigil.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Internal: the keeper process of a run (started by `vigil up`, not by hand).
     #[command(name = "__keeper", hide = true)]
-    Keeper { dir: PathBuf },
+    Keeper {
+        /// The run directory.
+        dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
 struct WaitFlags {
-    /// Health URL to probe (http://HOST:PORT/PATH or https://...).
-    #[arg(long)]
+    /// Health URL to probe (http://HOST:PORT/PATH or https://...); with it, a 2xx is required for ready.
+    #[arg(long, help_heading = help::PROBING)]
     url: Option<String>,
     #[command(flatten)]
     tls: TlsFlags,
     /// Log file to follow (may not exist yet; survives truncation and rotation), or - for stdin.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = help::TARGET)]
     log: Option<String>,
     /// Command whose output is the log (e.g. 'kubectl logs -f POD').
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", help_heading = help::TARGET)]
     log_cmd: Option<String>,
     /// Process to watch (its exit is a crash before ready).
-    #[arg(long)]
+    #[arg(long, help_heading = help::TARGET)]
     pid: Option<i32>,
     /// Server kind (default: detected from the log).
-    #[arg(long, value_name = "KIND")]
+    #[arg(long, value_name = "KIND", help_heading = help::TARGET)]
     server: Option<String>,
-    /// Overall deadline.
-    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    /// Overall deadline (exit 5 if still progressing then).
+    #[arg(long, default_value = "2h", value_name = "DUR", value_parser = parse_duration, help_heading = help::LIMITS)]
     timeout: std::time::Duration,
     /// Probe interval once the port may be open.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROBING)]
     interval: std::time::Duration,
     /// Probe timeout (default from the profile: SGLang 25s, others 5-10s).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = help::PROBING)]
     probe_timeout: Option<std::time::Duration>,
     /// Environment variable holding the API key (sent as a bearer token, never printed).
-    #[arg(long, value_name = "VAR")]
+    #[arg(long, value_name = "VAR", help_heading = help::PROBING)]
     api_key_env: Option<String>,
     /// Stall limit: DUR for every phase, or PHASE=DUR (repeatable).
-    #[arg(long, value_name = "[PHASE=]DUR", value_parser = cli::parse_stall)]
+    ///
+    /// Alive with no progress (no progress line in the log, no change in GPU memory) for this long:
+    /// `stalled`, exit 4. Phases: launch, dist_init, weights, draft_weights, kv_cache, compile,
+    /// cuda_graphs, draft_cuda_graphs, http, warmup, serving. Defaults: http 2m; launch, kv_cache and
+    /// serving 5m; compile 15m; the others 10m.
+    #[arg(long, value_name = "[PHASE=]DUR", value_parser = cli::parse_stall, help_heading = help::LIMITS)]
     stall: Vec<cli::Stall>,
-    #[arg(long)]
+    /// JSON lines on stdout, one event a line (schema: docs/events.md).
+    #[arg(long, help_heading = help::OUTPUT)]
     json: bool,
-    #[arg(long, short)]
+    /// Only the verdict line (no phase lines, no live status).
+    #[arg(long, short, help_heading = help::OUTPUT)]
     quiet: bool,
     /// Print each log line as it is read.
-    #[arg(long)]
+    #[arg(long, help_heading = help::OUTPUT)]
     echo: bool,
     #[command(flatten)]
     proof: ProofFlags,
@@ -369,10 +433,10 @@ impl WaitFlags {
 #[derive(clap::Args, Clone)]
 struct TlsFlags {
     /// PEM file of the CA(s) that signed the server's certificate, trusted instead of the system store.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = help::PROBING)]
     ca_cert: Option<PathBuf>,
     /// Do not verify the server's TLS certificate (said once on stderr).
-    #[arg(long, conflicts_with = "ca_cert")]
+    #[arg(long, conflicts_with = "ca_cert", help_heading = help::PROBING)]
     insecure: bool,
 }
 
@@ -385,28 +449,28 @@ impl From<TlsFlags> for tls::TlsOpts {
 #[derive(clap::Args, Clone)]
 struct ProofFlags {
     /// Do not prove readiness with a real completion.
-    #[arg(long)]
+    #[arg(long, help_heading = help::PROOF)]
     no_generate: bool,
     /// Give up proving generation after this long (verdict unhealthy).
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    #[arg(long, default_value = "120s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
     generate_timeout: std::time::Duration,
     /// Keep watching after ready (health and generation probes, the log, the process).
-    #[arg(long)]
+    #[arg(long, help_heading = help::PROOF)]
     watch: bool,
     /// Watch: probes failing this long give `unhealthy`.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
     unhealthy_after: std::time::Duration,
     /// Watch: one generation probe this often.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
     generate_every: std::time::Duration,
     /// Serve Prometheus metrics on PORT or HOST:PORT (loopback by default).
-    #[arg(long, value_name = "ADDR", value_parser = metrics::parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = metrics::parse_addr, help_heading = help::OUTPUT)]
     metrics: Option<std::net::SocketAddr>,
     /// GPU sampling interval (NVML or nvidia-smi; off when neither exists).
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
     gpu_interval: std::time::Duration,
     /// Health probe timeout while watching (default from the profile).
-    #[arg(long = "watch-probe-timeout", value_parser = parse_duration)]
+    #[arg(long = "watch-probe-timeout", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
     watch_probe_timeout: Option<std::time::Duration>,
 }
 
@@ -428,50 +492,60 @@ impl ProofFlags {
 #[derive(clap::Args)]
 struct UpFlags {
     /// Run name (default: the server kind or the program name).
-    #[arg(long)]
+    #[arg(long, help_heading = help::LAUNCH)]
     name: Option<String>,
     /// Return at the verdict and leave the server running.
-    #[arg(long)]
+    #[arg(long, help_heading = help::SUPERVISION)]
     detach: bool,
     /// On Ctrl-C, leave the server running.
-    #[arg(long)]
+    #[arg(long, help_heading = help::SUPERVISION)]
     keep: bool,
     /// Stop an earlier run of the same name first.
-    #[arg(long)]
+    #[arg(long, help_heading = help::LAUNCH)]
     replace: bool,
     /// Extra environment for the server (KEY=VALUE, repeatable).
-    #[arg(long = "env", value_name = "KEY=VALUE")]
+    #[arg(long = "env", value_name = "KEY=VALUE", help_heading = help::LAUNCH)]
     env: Vec<String>,
-    #[arg(long, value_name = "FILE")]
+    /// Environment file for the server: KEY=VALUE lines, # comments, optional `export`; --env wins.
+    #[arg(long, value_name = "FILE", help_heading = help::LAUNCH)]
     env_file: Option<PathBuf>,
-    #[arg(long, value_name = "KIND")]
+    /// Server kind (sglang, vllm, llama-cpp, tgi, generic; default: detected from the command).
+    #[arg(long, value_name = "KIND", help_heading = help::LAUNCH)]
     server: Option<String>,
     /// Grace period between SIGTERM and SIGKILL when stopping.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_name = "DUR", value_parser = parse_duration, help_heading = help::SUPERVISION)]
     grace: std::time::Duration,
-    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    /// Overall deadline for the startup (exit 5 if still progressing then; the server keeps running).
+    #[arg(long, default_value = "2h", value_name = "DUR", value_parser = parse_duration, help_heading = help::LIMITS)]
     timeout: std::time::Duration,
     /// Stall limit: DUR for every phase, or PHASE=DUR (repeatable).
-    #[arg(long, value_name = "[PHASE=]DUR", value_parser = cli::parse_stall)]
+    ///
+    /// Alive with no progress (no progress line in the log, no change in GPU memory) for this long:
+    /// `stalled`, exit 4. Phases: launch, dist_init, weights, draft_weights, kv_cache, compile,
+    /// cuda_graphs, draft_cuda_graphs, http, warmup, serving. Defaults: http 2m; launch, kv_cache and
+    /// serving 5m; compile 15m; the others 10m.
+    #[arg(long, value_name = "[PHASE=]DUR", value_parser = cli::parse_stall, help_heading = help::LIMITS)]
     stall: Vec<cli::Stall>,
-    /// Rotate the run log at this size (bytes; suffixes k, m).
-    #[arg(long, default_value = "64m", value_parser = parse_size)]
+    /// Rotate the run log at this size (bytes, or with a suffix k, m, g).
+    #[arg(long, default_value = "64m", value_name = "SIZE", value_parser = parse_size, help_heading = help::SUPERVISION)]
     log_max_size: u64,
     /// Skip the preflight check (vigil check) before launching.
-    #[arg(long)]
+    #[arg(long, help_heading = help::LAUNCH)]
     no_check: bool,
     /// Do not probe the health URL: the log alone proves readiness.
-    #[arg(long)]
+    #[arg(long, help_heading = help::PROBING)]
     no_probe: bool,
     /// Probe interval once the port may be open.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROBING)]
     interval: std::time::Duration,
     /// Rotated run logs kept (server.log.1 … .N).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = 3, help_heading = help::SUPERVISION)]
     log_keep: u32,
-    #[arg(long)]
+    /// JSON lines on stdout, one event a line (schema: docs/events.md).
+    #[arg(long, help_heading = help::OUTPUT)]
     json: bool,
-    #[arg(long, short)]
+    /// Only the verdict line (no phase lines, no live status).
+    #[arg(long, short, help_heading = help::OUTPUT)]
     quiet: bool,
     #[command(flatten)]
     proof: ProofFlags,
@@ -555,6 +629,13 @@ fn main() {
 fn run(cli: Cli) -> Result<i32, CliError> {
     if let Cmd::Keeper { dir } = cli.cmd {
         return Ok(keeper::main(dir));
+    }
+    // Generated from the definitions alone: no profiles, no remote host.
+    if let Cmd::Completions { shell } = cli.cmd {
+        return help::completions(shell, Cli::command());
+    }
+    if let Cmd::Man { dir } = &cli.cmd {
+        return help::man(Cli::command(), dir.as_deref());
     }
     if !matches!(cli.cmd, Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. }) {
         install_interrupt_handlers();
@@ -666,7 +747,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             check_server(&profiles, &server)?;
             interruptible(move || check::run(cmd, server, json, &profiles))
         }
-        Cmd::Keeper { .. } => unreachable!("handled above"),
+        Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
             for p in &profiles.list {
                 crate::report::out_line(&format!(

@@ -1,0 +1,401 @@
+"""Runs INSIDE a server venv (see refresh.py). Calls the server's own config code on every case and prints
+one JSON row per line. `runner.py JOB.json` spawns itself once per environment variant
+(`runner.py JOB.json VARIANT`) so that every env value is read by a fresh process, as at a real launch.
+
+Nothing here decides acceptance: each row is what the server's function returned or raised.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import traceback
+import warnings
+
+JOB = json.load(open(sys.argv[1]))
+SERVER = JOB["server"]
+ENV_KEY = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" if SERVER == "sglang" else "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+# Variant 0: env unset (derivation, parsing, over-length, drafts, TP). Others: env set to the value.
+ENV_VALUES = [None, "1", "true", "True", "yes", "y", "0"]
+
+# EAGLE-3 (target, draft) pairs of the brief.
+DRAFT_PAIRS = [
+    ("kimi-k2-instruct-0905", "kimi-k25-eagle3"),
+    ("kimi-k2-instruct-0905", "x-kimi-eagle3-131072"),
+    ("kimi-k2-instruct-0905", "x-eagle3-2layers"),
+    ("llama31-8b", "eagle3-llama31-8b-yuhuili"),
+    ("llama31-8b", "x-eagle3-llamaarch"),
+    ("repo:llama-3.1-8b-instruct", "repo:eagle3-llama3.1-instruct-8b"),
+    ("repo:deepseek-v3", "repo:kimi-k25-eagle3-draft"),
+    ("deepseek-v3", "sf-deepseek-v3-eagle3"),
+    ("gemma3-27b-it", "sf-gemma3-27b-eagle3"),
+    ("gemma3-27b-it", "x-gemma3-eagle3-131072"),
+    ("gpt-oss-120b", "sf-gpt-oss-120b-eagle3"),
+    ("llama33-70b", "sf-llama3-70b-eagle3"),
+    ("llama31-8b", "sf-llama3-8b-eagle3"),
+    ("qwen3-235b-2507", "sf-qwen3-235b-eagle3"),
+    ("qwen3-8b", "sf-qwen3-8b-eagle3"),
+    ("qwen3-8b-yarn", "sf-qwen3-8b-eagle3"),
+]
+HUMAN = {"sglang": ["32k", "32K", "32768"], "vllm": ["32k", "32K", "auto", "-1", "32768"]}
+TP_SIZES = [2, 3, 8, 16]
+
+
+class Capture(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.msgs = []
+
+    def emit(self, record):
+        try:
+            self.msgs.append(record.getMessage())
+        except Exception:
+            pass
+
+
+CAP = Capture()
+
+
+def captured(fn):
+    """Run fn; return (value, exception, warnings logged)."""
+    CAP.msgs = []
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            v, e = fn(), None
+        except SystemExit as ex:  # argparse usage error
+            v, e = None, ex
+        except Exception as ex:
+            v, e = None, ex
+    msgs = CAP.msgs + [str(x.message) for x in w]
+    return v, e, msgs
+
+
+def relevant(msgs):
+    msgs = [m.replace(JOB["models_root"], "<models>") for m in msgs]
+    keys = ("context", "max_model_len", "max_position", "max model len", "model_max_length", "draft")
+    seen = []
+    for m in msgs:
+        if any(k in m.lower() for k in keys) and m not in seen:
+            seen.append(m)
+    return " | ".join(seen)
+
+
+def errtext(e):
+    if isinstance(e, SystemExit):
+        lines = [l for l in STDERR.getvalue().splitlines() if "error:" in l]
+        return f"SystemExit({e.code}): {lines[-1].strip() if lines else ''}"
+    s = str(e).replace(JOB["models_root"], "<models>")
+    # pydantic validation errors carry a docs URL line that changes across versions of pydantic.
+    s = "\n".join(l for l in s.splitlines() if "errors.pydantic.dev" not in l)
+    return f"{type(e).__name__}: {s}"
+
+
+STDERR = io.StringIO()
+
+# Failures caused by the import stubs, not by the server's checks: reported as harness errors, never as
+# a server refusal.
+ARTIFACTS = ("vigil stub", "vigil_stub", "is already registered", "Inplace overload", "_StubMeta",
+             "No module named", "not enough values to unpack", "metaclass conflict")
+
+
+def result_of_error(e):
+    t = errtext(e)
+    if any(a in t for a in ARTIFACTS):
+        return {"harness_error": t}
+    return {"accepted": False, "message": t}
+
+
+class Rows:
+    def __init__(self):
+        self.seq = 0
+
+    def emit(self, case, called, config, draft, flags, env, result):
+        self.seq += 1
+        row = {
+            "case": case,
+            "server": SERVER,
+            "version": JOB["version"],
+            "called": called,
+            "inputs": {"config": config, "draft": draft, "flags": flags, "env": env},
+            "result": result,
+            "seq": (JOB.get("variant", 0), self.seq),
+        }
+        sys.stdout.write(json.dumps(row) + "\n")
+        sys.stdout.flush()
+
+
+# ----------------------------------------------------------------------------------------------- SGLang
+class SGLang:
+    def __init__(self):
+        from sglang.srt.configs import model_config as mc
+
+        self.mc = mc
+        self.ModelConfig = mc.ModelConfig
+        from sglang.srt import server_args as sa
+
+        self.sa = sa
+        self.has_from_sa = hasattr(self.ModelConfig, "from_server_args")
+
+    def server_args(self, argv):
+        # `--device cuda`: without it ServerArgs auto-detects the accelerator (0.5.11 raises "No accelerator
+        # (CUDA, XPU, HPU, NPU, MUSA, MPS) is available." on this GPU-less machine). Not shown in the rows.
+        return self.sa.prepare_server_args(argv + ["--device", "cuda"])
+
+    def called_parse(self):
+        return "sglang.srt.server_args.prepare_server_args"
+
+    def called_mc(self):
+        return ("sglang.srt.configs.model_config.ModelConfig.from_server_args" if self.has_from_sa
+                else "sglang.srt.configs.model_config.ModelConfig") + " -> ModelConfig._derive_context_length"
+
+    def model_config(self, sargs, **kw):
+        if self.has_from_sa:
+            return self.ModelConfig.from_server_args(sargs, **kw)
+        path = kw.pop("model_path", None) or sargs.model_path
+        return self.ModelConfig(path, trust_remote_code=sargs.trust_remote_code, revision=sargs.revision,
+                                context_length=kw.pop("context_length", None) or sargs.context_length,
+                                model_override_args=sargs.json_model_override_args,
+                                is_embedding=sargs.is_embedding, dtype=sargs.dtype,
+                                quantization=sargs.quantization, **kw)
+
+    def derive(self, d, flags):
+        sargs = self.server_args(["--model-path", d] + flags)
+        m = self.model_config(sargs)
+        return m.context_len, m
+
+    def parse_only(self, d, value):
+        sargs = self.server_args(["--model-path", d, "--context-length", value])
+        return sargs.context_length
+
+    def draft(self, td, dd, flags):
+        # What the EAGLE worker does (speculative/eagle_worker*.py, tp_worker.py): the draft's ModelConfig
+        # is built from the same server args with is_draft_model=True and context_length = the target's
+        # context_len. Server args without the speculative flags (their post-init wants GPU facts).
+        sargs = self.server_args(["--model-path", td] + flags)
+        target = self.model_config(sargs)
+        import inspect
+
+        if "context_length" in inspect.signature(self.ModelConfig.from_server_args).parameters:
+            drf = self.model_config(sargs, model_path=dd, is_draft_model=True, context_length=target.context_len)
+        else:
+            # <= 0.5.11 (eagle_worker.py): `server_args.context_length = target ... context_len`, then
+            # ModelConfig.from_server_args(server_args, model_path=draft, is_draft_model=True).
+            sargs.context_length = target.context_len
+            drf = self.model_config(sargs, model_path=dd, is_draft_model=True)
+        return target.context_len, drf.context_len
+
+    def called_draft(self):
+        return self.called_mc() + " (draft: is_draft_model=True, context_length=target.context_len)"
+
+    tp = None
+
+
+# ------------------------------------------------------------------------------------------------- vLLM
+class VLLM:
+    def __init__(self):
+        self._patch_inspection()
+
+    @staticmethod
+    def _patch_inspection():
+        """vLLM inspects a model class by importing its module (torch layers) in a child process. With
+        torch stubbed that cannot work, so the inspection answers a fixed decoder-only text-generation
+        _ModelInfo. The architecture-name lookup (unknown architectures refused) is not touched."""
+        import dataclasses
+        import typing
+
+        from vllm.model_executor.models import registry as reg
+
+        def fake(self):
+            vals = {}
+            for f in dataclasses.fields(reg._ModelInfo):
+                t = f.type if not isinstance(f.type, str) else f.name
+                if f.name == "architecture":
+                    vals[f.name] = self.class_name
+                elif f.name in ("is_text_generation_model", "supports_pp", "supports_lora"):
+                    vals[f.name] = True
+                elif f.name == "attn_type":
+                    vals[f.name] = "decoder"
+                elif f.name == "default_seq_pooling_type":
+                    vals[f.name] = "LAST"
+                elif f.name == "default_tok_pooling_type":
+                    vals[f.name] = "ALL"
+                elif f.name == "score_type":
+                    vals[f.name] = "bi-encoder"
+                elif f.name.endswith("methods"):
+                    vals[f.name] = ()
+                elif f.default is not dataclasses.MISSING:
+                    vals[f.name] = f.default
+                else:
+                    vals[f.name] = False
+            return reg._ModelInfo(**vals)
+
+        reg._LazyRegisteredModel.inspect_model_cls = fake
+
+    # EngineArgs.add_cli_args / create_model_config construct a ParallelConfig whose validation imports
+    # vLLM's IR kernels, which the torch stub cannot satisfy; the flag's value goes through the very type
+    # function the CLI registers for --max-model-len and then into vllm.config.ModelConfig directly.
+    def parse_value(self, value):
+        try:
+            from vllm.utils.argparse_utils import human_readable_int_or_auto as f
+        except ImportError:
+            from vllm.utils import human_readable_int_or_auto as f
+        return f(value)
+
+    def called_parse(self):
+        return "vllm.utils.argparse_utils.human_readable_int_or_auto"
+
+    def called_mc(self):
+        return "vllm.config.ModelConfig(model=..., max_model_len=...) -> ModelConfig.get_and_verify_max_len -> vllm.config.model._get_and_verify_max_len"
+
+    def derive(self, d, flags):
+        from vllm.config import ModelConfig
+
+        kw = {}
+        if flags:
+            kw["max_model_len"] = self.parse_value(flags[1])
+        m = ModelConfig(model=d, **kw)
+        return m.max_model_len, m
+
+    def parse_only(self, d, value):
+        return self.parse_value(value)
+
+    def called_tp(self):
+        return "vllm.config.ModelConfig.verify_with_parallel_config(vllm.config.ParallelConfig)"
+
+    def tp(self, m, n):
+        from vllm.config import ParallelConfig
+
+        pc = ParallelConfig(tensor_parallel_size=n)
+        m.verify_with_parallel_config(pc)
+        return True
+
+    draft = None
+
+
+def name_of(case):
+    return case["name"]
+
+
+def main_variant(variant):
+    JOB["variant"] = variant
+    env_val = ENV_VALUES[variant]
+    for k in list(os.environ):
+        if k.startswith(("SGLANG_", "VLLM_")) and k not in ("VLLM_NO_USAGE_STATS",):
+            del os.environ[k]
+    if env_val is not None:
+        os.environ[ENV_KEY] = env_val
+    env = {ENV_KEY: env_val} if env_val is not None else {}
+    sys.path.insert(0, JOB["here"])
+    import stubs
+
+    stubs.install(JOB["stubs"], JOB["stub_versions"], JOB["stub_dir"])
+    logging.getLogger().addHandler(CAP)
+    logging.getLogger().setLevel(logging.WARNING)
+    sys.stderr = STDERR  # argparse writes usage errors here
+    a = SGLang() if SERVER == "sglang" else VLLM()
+    rows = Rows()
+    cases = {c["name"]: c["dir"] for c in JOB["cases"]}
+    flagname = "--context-length" if SERVER == "sglang" else "--max-model-len"
+
+    # (a) derived length, no flags (needed by every variant to pick the over-length value).
+    derived = {}
+    for name, d in cases.items():
+        STDERR.seek(0)
+        STDERR.truncate()
+        v, e, msgs = captured(lambda: a.derive(d, []))
+        if e is None:
+            derived[name] = (v[0], v[1])
+        if variant == 0:
+            res = {"context_len": v[0]} if e is None else result_of_error(e)
+            rows.emit(f"{name}#derive", a.called_mc(), name, None, [], env, res)
+
+    # (b) over-length values.
+    for name, d in cases.items():
+        if name not in derived:
+            continue
+        base = int(derived[name][0])
+        lengths = [2 * base] if variant else sorted({2 * base, base + 1, 131072, 262144} - {base})
+        lengths = [x for x in lengths if x > base]
+        for L in lengths:
+            flags = [flagname, str(L)]
+            v, e, msgs = captured(lambda: a.derive(d, flags))
+            if e is None:
+                res = {"accepted": True, "context_len": v[0], "message": relevant(msgs)}
+            else:
+                res = result_of_error(e)
+            rows.emit(f"{name}#over#{L}", a.called_mc(), name, None, flags, env, res)
+
+    if variant == 0:
+        # Human-readable values: the parser alone, then the whole model config on llama31-8b.
+        for probe in ("llama31-8b", "repo:llama-3.1-8b-instruct"):
+            if probe in cases:
+                break
+        d = cases[probe]
+        for value in HUMAN[SERVER]:
+            STDERR.seek(0)
+            STDERR.truncate()
+            v, e, msgs = captured(lambda: a.parse_only(d, value))
+            res = {"accepted": True, "parsed": v} if e is None else result_of_error(e)
+            rows.emit(f"{probe}#parse#{value}", a.called_parse(), probe, None, [flagname, value], env, res)
+            STDERR.seek(0)
+            STDERR.truncate()
+            v, e, msgs = captured(lambda: a.derive(d, [flagname, value]))
+            res = ({"accepted": True, "context_len": v[0], "message": relevant(msgs)} if e is None
+                   else result_of_error(e))
+            rows.emit(f"{probe}#mc#{value}", a.called_mc(), probe, None, [flagname, value], env, res)
+
+    # (c) drafts (SGLang: the draft ModelConfig built against the target's context).
+    if a.draft is not None and variant in (0, 1):
+        for t, dr in DRAFT_PAIRS:
+            if t not in cases or dr not in cases:
+                continue
+            flag_sets = [[]]
+            if dr in derived and t in derived and derived[dr][0] < derived[t][0]:
+                flag_sets.append([flagname, str(int(derived[dr][0]))])
+            for flags in flag_sets:
+                v, e, msgs = captured(lambda: a.draft(cases[t], cases[dr], flags))
+                if e is None:
+                    res = {"accepted": True, "context_len": v[0], "draft_context_len": v[1], "message": relevant(msgs)}
+                else:
+                    res = result_of_error(e)
+                rows.emit(f"{t}+{dr}#draft", a.called_draft(), t, dr, flags, env, res)
+
+    # (d) TP divisibility where the server has a config-level check.
+    if a.tp is not None and variant == 0:
+        for name in cases:
+            if name not in derived:
+                continue
+            m = derived[name][1]
+            for n in TP_SIZES:
+                v, e, msgs = captured(lambda: a.tp(m, n))
+                res = {"accepted": True} if e is None else result_of_error(e)
+                rows.emit(f"{name}#tp#{n}", a.called_tp(), name, None, ["--tensor-parallel-size", str(n)], env, res)
+
+
+REAL_STDERR = sys.stderr
+
+
+def main():
+    if len(sys.argv) > 2:
+        try:
+            main_variant(int(sys.argv[2]))
+        except BaseException:
+            REAL_STDERR.write(traceback.format_exc())
+            raise
+        return
+    for i in range(len(ENV_VALUES)):
+        p = subprocess.run([sys.executable, __file__, sys.argv[1], str(i)], capture_output=True, text=True,
+                           timeout=1200)
+        sys.stdout.write(p.stdout)
+        if p.returncode != 0:
+            sys.stderr.write(p.stderr[-5000:])
+            sys.exit(p.returncode)
+
+
+if __name__ == "__main__":
+    main()

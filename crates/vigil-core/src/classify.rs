@@ -88,8 +88,25 @@ fn literal_ansi_re() -> &'static Regex {
     R.get_or_init(|| Regex::new(r"(?:#033|\\033|\^\[|ESC|\\x1[bB]|\\u001[bB])\[[0-9;]*m").unwrap())
 }
 
+/// One pass over the line's `[` bytes (most lines have none or one or two): is one of them the end of a
+/// written-out escape (`033[`, `^[[`, `ESC[`, `1b[`, `1B[`)?
 fn has_literal_ansi(s: &str) -> bool {
-    ["033[", "^[[", "ESC[", "1b[", "1B["].iter().any(|n| s.contains(n))
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(i) = b[from..].iter().position(|&c| c == b'[') {
+        let at = from + i;
+        let before = &b[..at];
+        if before.ends_with(b"033")
+            || before.ends_with(b"^[")
+            || before.ends_with(b"ESC")
+            || before.ends_with(b"1b")
+            || before.ends_with(b"1B")
+        {
+            return true;
+        }
+        from = at + 1;
+    }
+    false
 }
 
 fn quote_re() -> &'static Regex {
@@ -162,8 +179,11 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
 
 fn match_rules(p: &Profile, message: &str) -> Option<Hit> {
     // One pass over all patterns; groups are read only for the winning rule, and only if it has any.
-    let i = p.rule_set.matches(message).iter().next()?;
-    let r = &p.rules[i];
+    let i = p.rule_set.matches(message.as_bytes()).iter().next()?;
+    hit_of(&p.rules[i], message)
+}
+
+fn hit_of(r: &Rule, message: &str) -> Option<Hit> {
     if r.re.captures_len() == 1 {
         return Some(hit(r, None));
     }

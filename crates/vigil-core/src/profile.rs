@@ -7,7 +7,7 @@
 
 use crate::time::TsFormat;
 use crate::types::{Cause, Phase};
-use regex::{Regex, RegexSet};
+use regex::Regex;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -155,8 +155,18 @@ pub struct Profile {
     pub stall_secs: BTreeMap<Phase, u64>,
     pub prefixes: Vec<Prefix>,
     pub rules: Vec<Rule>,
-    /// All rule patterns in one set: one pass finds the first matching rule.
-    pub rule_set: RegexSet,
+    /// All rule patterns in one set: one pass finds the first matching rule. Byte-oriented and ASCII-only
+    /// (`\w`, `\d`, `\s` and case folding on ASCII): log text is ASCII where the rules look, and Unicode
+    /// classes make the lazy DFA many times larger and slower on varied lines. The winning rule's own
+    /// (Unicode) regex then reads its groups.
+    pub rule_set: regex::bytes::RegexSet,
+}
+
+fn rule_set(name: &str, rules: &[Rule]) -> Result<regex::bytes::RegexSet, ProfileError> {
+    regex::bytes::RegexSetBuilder::new(rules.iter().map(|r| r.re.as_str()))
+        .unicode(false)
+        .build()
+        .map_err(|e| ProfileError(format!("profile {name}: {e}")))
 }
 
 #[derive(Debug)]
@@ -200,13 +210,12 @@ impl Profile {
             stall_secs: BTreeMap::new(),
             prefixes: vec![],
             rules: vec![],
-            rule_set: RegexSet::empty(),
+            rule_set: regex::bytes::RegexSet::empty(),
         }
     }
 
     fn build_set(&mut self) -> Result<(), ProfileError> {
-        self.rule_set = RegexSet::new(self.rules.iter().map(|r| r.re.as_str()))
-            .map_err(|e| ProfileError(format!("profile {}: {e}", self.name)))?;
+        self.rule_set = rule_set(&self.name, &self.rules)?;
         Ok(())
     }
 

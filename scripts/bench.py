@@ -6,7 +6,9 @@ Scenarios (release build, N runs each):
                 The server is SIGSTOPped at spawn and continued 300 ms later so the start is a window.
   crash-time  : a server dying on a truncated model; time from its exit (harness waitpid) to vigil's exit.
   diagnose-rss: peak RSS and wall time of `vigil diagnose` on a >= 1 GB log.
-Usage: scripts/bench.py [--runs N] [--gb G]   (after scripts/setup.sh and cargo build --release)
+  probe-log   : `vigil probe --log` on a 2 GiB log (sparse, 8 MiB of real lines at its end): wall time and
+                peak RSS (the child's own ru_maxrss from wait4); bound: --timeout 10s, 32 MiB.
+Usage: scripts/bench.py [--runs N] [--gb G] [--only probe-log]   (after scripts/setup.sh and cargo build --release)
 """
 import argparse, os, resource, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
@@ -126,15 +128,41 @@ def check_time(d, runs=9):
     return xs
 
 
+def probe_log(d, runs=5):
+    path = os.path.join(d, "probe-2g.log")
+    tail = b"".join(f"[2025-01-01 00:00:{i % 60:02d} TP{i % 8}] Decode batch. #running-req: 12, #token: 3411, token usage: 0.02, gen throughput (token/s): 812.3\n".encode() for i in range(60000))
+    with open(path, "wb") as f:
+        f.truncate((2 << 30) - len(tail))
+        f.seek(0, 2)
+        f.write(tail)
+    times, rss = [], []
+    try:
+        for _ in range(runs):
+            t0 = time.monotonic()
+            p = subprocess.Popen([VIGIL, "probe", "--server", "sglang", "--log", path, "--timeout", "10s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _, status, ru = os.wait4(p.pid, 0)
+            times.append((time.monotonic() - t0) * 1000)
+            rss.append(ru.ru_maxrss / 1024)
+    finally:
+        os.unlink(path)
+    return times, rss
+
+
 def row(name, xs):
     return f"| {name} | {len(xs)} | {statistics.median(xs):.1f} | {max(xs):.1f} |"
 
 
 def main():
     ap = argparse.ArgumentParser(); ap.add_argument("--runs", type=int, default=20); ap.add_argument("--gb", type=float, default=1.0)
+    ap.add_argument("--only", choices=["probe-log"])
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         print("| scenario | runs | median ms | max ms |\n|---|---|---|---|")
+        times, rss = probe_log(d)
+        print(row("vigil probe --log on a 2 GiB log (--timeout 10s)", times), flush=True)
+        print(row("  peak RSS of it, MiB (bound 32)", rss), flush=True)
+        if a.only:
+            return
         for name, fn, wl in [("ready lag after first 200, with --log", ready_lag, True),
                              ("ready lag after first 200, --url only", ready_lag, False),
                              ("crash verdict after exit, with --log", crash_time, True),

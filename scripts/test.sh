@@ -13,13 +13,17 @@ done <<<"$setup_env"
 echo "== llama-server: $VIGIL_LLAMA_SERVER"
 
 # The SSH tests start Debian's real sshd on loopback ports; the portable-build test reads objdump -T;
-# the TLS tests put Debian's stunnel in front of llama-server, with certificates made by openssl.
+# the TLS tests put Debian's stunnel in front of llama-server, with certificates made by openssl; the
+# Prometheus tests run Debian's prometheus and promtool; the systemd unit test runs systemd-analyze verify.
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v objdump >/dev/null 2>&1 || need+=(binutils)
 [ -x /usr/bin/stunnel4 ] || need+=(stunnel4)
 [ -x /usr/bin/openssl ] || need+=(openssl)
+[ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ] || need+=(prometheus)
+[ -x /usr/bin/systemd-analyze ] || need+=(systemd)
+command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "== apt-get install ${need[*]}"
@@ -34,6 +38,20 @@ fi
 echo "== portable release build (glibc 2.28)"
 VIGIL_PORTABLE_BIN=$(scripts/build-portable.sh)
 export VIGIL_PORTABLE_BIN
+
+# The Kubernetes manifest in docs/kubernetes.md against the API schema, strictly (unknown fields are errors):
+# kubernetes-validate from PyPI in a cached venv keyed by its version.
+KV_VERSION=1.31.0
+KV_VENV=${VIGIL_CACHE:-$HOME/.cache/vigil}/venv-kubernetes-validate-$KV_VERSION
+if [ ! -f "$KV_VENV/.done" ]; then
+  echo "== kubernetes-validate $KV_VERSION into $KV_VENV"
+  rm -rf "$KV_VENV"
+  python3 -m venv "$KV_VENV"
+  "$KV_VENV/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$KV_VERSION" >&2
+  touch "$KV_VENV/.done"
+fi
+echo "== kubernetes-validate --strict on the manifest of docs/kubernetes.md"
+scripts/k8s-manifest.sh "$KV_VENV/bin/kubernetes-validate"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -897,7 +897,7 @@ pub async fn status(hs: Hosts, json: bool, profiles: Profiles) -> Result<i32, Cl
                 let (_, log, _) = c.exec(&remote::log_script(&c, name), Duration::from_secs(60)).await?;
                 let report = vigil_core::diagnose_text(&profiles, None, &String::from_utf8_lossy(&log));
                 let x = remote::exit_info(x.parse().ok());
-                let state = crate::up::run_state(alive, report.verdict, x.code, x.signal);
+                let state = crate::up::run_state(alive, None, report.verdict, x.code, x.signal);
                 rows.lock().unwrap().push(RemoteStatusRow {
                     host: c.dest.clone(),
                     name: name.to_string(),

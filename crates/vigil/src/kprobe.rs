@@ -55,21 +55,29 @@ pub async fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
             return Ok(line(false, &format!("crashed: the server (pid {p}) is not running")));
         }
     }
-    // What the log says (offline judge over the whole log).
+    // What the log says: the judge over the log's last LOG_TAIL bytes (a crash, or the phase, is at its
+    // end), read from the end within half of --timeout; past that the probe goes on without it.
     let mut log_verdict = None;
     if let Some(l) = &log {
-        if let Ok(bytes) = std::fs::read(l) {
-            let r = vigil_core::diagnose_text(profiles, server.as_deref(), &String::from_utf8_lossy(&bytes));
-            if r.verdict == Verdict::Crashed {
-                return Ok(line(
-                    false,
-                    &format!("crashed in {} (cause {})", r.phase, r.cause.map_or("unknown".into(), |c| c.to_string())),
-                ));
+        let budget = timeout.saturating_sub(t0.elapsed()) / 2;
+        match judge_tail(l.clone(), server.clone(), profiles.clone(), budget).await {
+            Ok(r) => {
+                if r.verdict == Verdict::Crashed {
+                    return Ok(line(
+                        false,
+                        &format!(
+                            "crashed in {} (cause {})",
+                            r.phase,
+                            r.cause.map_or("unknown".into(), |c| c.to_string())
+                        ),
+                    ));
+                }
+                if server.is_none() {
+                    server = r.server.clone();
+                }
+                log_verdict = Some(r);
             }
-            if server.is_none() {
-                server = r.server.clone();
-            }
-            log_verdict = Some(r);
+            Err(why) => eprintln!("vigil: --log {l}: {why}"),
         }
     }
     let Some(u) = url else {
@@ -95,4 +103,67 @@ pub async fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
         return Ok(line(true, &format!("health OK, generation {}", g.note)));
     }
     Ok(line(true, &format!("health {} in {} ms", r.note, r.latency.as_millis())))
+}
+
+/// The part of a log `probe --log` reads: its last 1 MiB (whole lines), whatever the log's size.
+pub const LOG_TAIL: u64 = 1 << 20;
+
+/// Reads the end of `path` (a regular file, opened without blocking), at most `max` bytes, starting
+/// at a line boundary when it does not start at the file's beginning.
+pub fn read_tail(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(max);
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    f.take(max).read_to_end(&mut buf)?;
+    if start > 0 {
+        // the first line is cut: judge from the next whole one
+        match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => drop(buf.drain(..=i)),
+            None => buf.clear(),
+        }
+    }
+    Ok(buf)
+}
+
+/// The offline judge over the log's tail, on its own thread, given at most `budget`.
+async fn judge_tail(
+    path: String,
+    server: Option<String>,
+    profiles: Profiles,
+    budget: Duration,
+) -> Result<vigil_core::Report, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // a plain thread, not the runtime's blocking pool: one past its budget is left behind, not waited for
+    std::thread::spawn(move || {
+        let r = read_tail(std::path::Path::new(&path), LOG_TAIL)
+            .map(|b| vigil_core::diagnose_text(&profiles, server.as_deref(), &String::from_utf8_lossy(&b)))
+            .map_err(|e| e.to_string());
+        let _ = tx.send(r);
+    });
+    match tokio::time::timeout(budget, rx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err("the log reader stopped".into()),
+        Err(_) => Err(format!("not judged within {} ms: probing without it", budget.as_millis())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tail_starts_at_a_whole_line() {
+        let p = std::env::temp_dir().join(format!("vigil-tail-{}", std::process::id()));
+        std::fs::write(&p, b"first line\nsecond line\nthird\n").unwrap();
+        assert_eq!(super::read_tail(&p, 1000).unwrap(), b"first line\nsecond line\nthird\n");
+        assert_eq!(super::read_tail(&p, 15).unwrap(), b"third\n");
+        let _ = std::fs::remove_file(&p);
+        assert!(super::read_tail(std::path::Path::new("/dev/zero"), 10).is_err());
+    }
 }

@@ -28,8 +28,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
 
-extern "C" fn on_interrupt(_: libc::c_int) {
+/// The last of SIGINT/SIGTERM received (0: none).
+static LAST_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_interrupt(sig: libc::c_int) {
+    LAST_SIGNAL.store(sig, Ordering::SeqCst);
     INTERRUPTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Whether the last interrupt was SIGTERM (a service manager's orderly stop) rather than Ctrl-C.
+pub fn last_interrupt_was_sigterm() -> bool {
+    LAST_SIGNAL.load(Ordering::SeqCst) == libc::SIGTERM
 }
 
 /// SIGINT and SIGTERM are counted, not fatal, while vigil watches: the first stops the server (or
@@ -466,6 +475,9 @@ struct ProofFlags {
     /// Serve Prometheus metrics on PORT or HOST:PORT (loopback by default).
     #[arg(long, value_name = "ADDR", value_parser = metrics::parse_addr, help_heading = help::OUTPUT)]
     metrics: Option<std::net::SocketAddr>,
+    /// Keep serving --metrics this long after a verdict that ends vigil (crashed, stalled, …) so it is scraped.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    metrics_linger: std::time::Duration,
     /// GPU sampling interval (NVML or nvidia-smi; off when neither exists).
     #[arg(long, default_value = "2s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
     gpu_interval: std::time::Duration,
@@ -482,6 +494,7 @@ impl ProofFlags {
         w.unhealthy_after = self.unhealthy_after;
         w.generate_every = self.generate_every;
         w.metrics = self.metrics;
+        w.metrics_linger = self.metrics_linger;
         w.gpu_interval = self.gpu_interval;
         if self.watch_probe_timeout.is_some() {
             w.probe_timeout = self.watch_probe_timeout;

@@ -1,37 +1,67 @@
-//! Prometheus metrics (`--metrics ADDR`, loopback by default): phase, time in phase, verdict, probe
-//! latency, restarts, in the exposition format, served by a small bounded HTTP endpoint.
+//! Prometheus metrics (`--metrics ADDR`, loopback by default), served by a small bounded HTTP endpoint.
+//!
+//! One label set per run: `run` (the run's name) and `server` (its kind, known from the command line
+//! when given, else once the log names it). Every series carries both; when the kind becomes known the
+//! old label set is gone from the next scrape (nothing keeps a stale `server="unknown"` series at 1).
+//! Exactly one `vigil_phase` and one `vigil_verdict` series is 1 at any time.
+//!
+//! The exposition is written here, not by a client library, because both formats are needed: the
+//! classic text format 0.0.4 (what `promtool check metrics` reads) and OpenMetrics 1.0 (what
+//! Prometheus asks for first); the `Accept` header chooses. Values are computed at scrape time (time
+//! in phase), so they never freeze while vigil runs.
 
-use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vigil_core::{Phase, Verdict};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PhaseLabel {
-    server: String,
-    phase: String,
+/// Every verdict a run can be in (one of them is 1).
+pub const VERDICTS: [Verdict; 6] =
+    [Verdict::Starting, Verdict::Ready, Verdict::Crashed, Verdict::Stalled, Verdict::Timeout, Verdict::Unhealthy];
+
+const PROBE_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const PHASE_BUCKETS: &[f64] = &[1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0];
+
+#[derive(Clone, Debug)]
+struct Hist {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VerdictLabel {
+impl Hist {
+    fn new(bounds: &'static [f64]) -> Hist {
+        Hist { bounds, counts: vec![0; bounds.len()], sum: 0.0, count: 0 }
+    }
+    fn observe(&mut self, v: f64) {
+        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
+            self.counts[i] += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    run: String,
     server: String,
-    verdict: String,
+    phase: Phase,
+    /// Unix seconds at which the current phase began.
+    phase_since: f64,
+    verdict: Verdict,
+    restarts: u64,
+    probe: Hist,
+    /// Startup phases that ended, with how long each took.
+    phase_durations: BTreeMap<&'static str, Hist>,
 }
 
 #[derive(Clone)]
 pub struct Metrics {
-    registry: Arc<Mutex<Registry>>,
-    phase: Family<PhaseLabel, Gauge>,
-    verdict: Family<VerdictLabel, Gauge>,
-    phase_seconds: Gauge<f64, AtomicU64>,
-    probe_latency: Gauge<f64, AtomicU64>,
-    server: Arc<Mutex<String>>,
+    st: Arc<Mutex<State>>,
 }
 
 /// Binds `--metrics ADDR` now: settings are resolved before any side effect, so a taken port is a usage
@@ -42,70 +72,176 @@ pub fn bind(addr: std::net::SocketAddr) -> Result<std::sync::Arc<std::net::TcpLi
         .map_err(|e| crate::cli::CliError::usage(format!("--metrics {addr}: {e}")))
 }
 
+fn now_unix() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The two exposition formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0.0.
+    OpenMetrics,
+}
+
+impl Format {
+    /// From an `Accept` header: OpenMetrics when the client names it (Prometheus does, first), else text.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        let om = accept.is_some_and(|a| {
+            a.split(',').any(|part| {
+                let mut it = part.split(';').map(str::trim);
+                let ty = it.next().unwrap_or("");
+                let q0 = it.any(|p| p.replace(' ', "") == "q=0" || p.replace(' ', "") == "q=0.0");
+                ty.eq_ignore_ascii_case("application/openmetrics-text") && !q0
+            })
+        });
+        if om {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
+    }
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn num(v: f64) -> String {
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf".into() } else { "-Inf".into() };
+    }
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        return format!("{}", v as i64);
+    }
+    format!("{v}")
+}
+
 impl Metrics {
-    pub fn new(restart_count: u64) -> Metrics {
-        let (phase, verdict) = (Family::default(), Family::default());
-        let (phase_seconds, probe_latency) = (Gauge::default(), Gauge::default());
-        let restarts: Counter = Counter::default();
-        restarts.inc_by(restart_count);
-        let mut r = Registry::default();
-        r.register("vigil_phase", "1 for the server's current startup phase, 0 for the others", phase.clone());
-        r.register(
-            "vigil_verdict",
-            "1 for the current verdict (starting, ready, crashed, stalled, timeout, unhealthy)",
-            verdict.clone(),
-        );
-        r.register("vigil_phase_seconds", "Seconds in the current phase", phase_seconds.clone());
-        r.register("vigil_probe_latency_seconds", "Latency of the last health probe", probe_latency.clone());
-        r.register("vigil_restarts", "Restarts of this run (vigil restart)", restarts.clone());
+    /// `server`: the kind when the command line names it; "unknown" until the log does.
+    pub fn new(run: &str, server: Option<&str>, restart_count: u64) -> Metrics {
         Metrics {
-            registry: Arc::new(Mutex::new(r)),
-            phase,
-            verdict,
-            phase_seconds,
-            probe_latency,
-            server: Arc::new(Mutex::new("unknown".into())),
+            st: Arc::new(Mutex::new(State {
+                run: run.to_string(),
+                server: server.unwrap_or("unknown").to_string(),
+                phase: Phase::Launch,
+                phase_since: now_unix(),
+                verdict: Verdict::Starting,
+                restarts: restart_count,
+                probe: Hist::new(PROBE_BUCKETS),
+                phase_durations: BTreeMap::new(),
+            })),
         }
     }
 
     pub fn set_server(&self, s: &str) {
-        *self.server.lock().unwrap() = s.to_string();
+        self.st.lock().unwrap().server = s.to_string();
     }
 
-    pub fn update(&self, phase: Phase, in_phase_s: f64, verdict: Verdict) {
-        let server = self.server.lock().unwrap().clone();
-        for p in Phase::ALL {
-            self.phase
-                .get_or_create(&PhaseLabel { server: server.clone(), phase: p.as_str().into() })
-                .set(i64::from(p == phase));
+    /// The judge's view: the current phase (and how long it has lasted) and the verdict. A phase change
+    /// during startup records the duration of the phase that ended.
+    pub fn update(&self, phase: Phase, in_phase: Duration, verdict: Verdict) {
+        let mut st = self.st.lock().unwrap();
+        let now = now_unix();
+        if phase != st.phase {
+            let start = now - in_phase.as_secs_f64();
+            if st.verdict == Verdict::Starting {
+                let took = (start - st.phase_since).max(0.0);
+                let old = st.phase.as_str();
+                st.phase_durations.entry(old).or_insert_with(|| Hist::new(PHASE_BUCKETS)).observe(took);
+            }
+            st.phase = phase;
+            st.phase_since = start;
         }
-        for v in [
-            Verdict::Starting,
-            Verdict::Ready,
-            Verdict::Crashed,
-            Verdict::Stalled,
-            Verdict::Timeout,
-            Verdict::Unhealthy,
-        ] {
-            self.verdict
-                .get_or_create(&VerdictLabel { server: server.clone(), verdict: v.as_str().into() })
-                .set(i64::from(v == verdict));
-        }
-        self.phase_seconds.set(in_phase_s);
+        st.verdict = verdict;
+    }
+
+    pub fn set_verdict(&self, v: Verdict) {
+        self.st.lock().unwrap().verdict = v;
     }
 
     pub fn probe_latency(&self, s: f64) {
-        self.probe_latency.set(s);
+        self.st.lock().unwrap().probe.observe(s);
     }
 
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = encode(&mut out, &self.registry.lock().unwrap());
-        out
+    pub fn render(&self, f: Format) -> String {
+        let st = self.st.lock().unwrap();
+        let now = now_unix();
+        let base = format!("run=\"{}\",server=\"{}\"", esc(&st.run), esc(&st.server));
+        let mut o = String::with_capacity(4096);
+        let head = |o: &mut String, name: &str, ty: &str, unit: Option<&str>, help: &str| {
+            // the text format names a counter by its sample (`_total`); OpenMetrics by its family
+            let fam = if f == Format::OpenMetrics { name.strip_suffix("_total").unwrap_or(name) } else { name };
+            let _ = writeln!(o, "# HELP {fam} {help}");
+            let _ = writeln!(o, "# TYPE {fam} {ty}");
+            if let (Format::OpenMetrics, Some(u)) = (f, unit) {
+                let _ = writeln!(o, "# UNIT {fam} {u}");
+            }
+        };
+        head(&mut o, "vigil_phase", "gauge", None, "1 for the server's current phase, 0 for the others.");
+        for p in Phase::ALL {
+            let _ = writeln!(o, "vigil_phase{{{base},phase=\"{}\"}} {}", p.as_str(), u8::from(p == st.phase));
+        }
+        head(
+            &mut o,
+            "vigil_phase_started_timestamp_seconds",
+            "gauge",
+            Some("seconds"),
+            "Unix time at which the current phase began.",
+        );
+        let _ = writeln!(o, "vigil_phase_started_timestamp_seconds{{{base}}} {}", num(st.phase_since));
+        head(&mut o, "vigil_phase_seconds", "gauge", Some("seconds"), "Seconds in the current phase.");
+        let _ =
+            writeln!(o, "vigil_phase_seconds{{{base}}} {}", num(((now - st.phase_since) * 1000.0).round() / 1000.0));
+        head(
+            &mut o,
+            "vigil_verdict",
+            "gauge",
+            None,
+            "1 for the run's current verdict (starting, ready, crashed, stalled, timeout, unhealthy), 0 for the others.",
+        );
+        for v in VERDICTS {
+            let _ = writeln!(o, "vigil_verdict{{{base},verdict=\"{}\"}} {}", v.as_str(), u8::from(v == st.verdict));
+        }
+        let hist = |o: &mut String, name: &str, labels: &str, h: &Hist| {
+            let mut cum = 0;
+            for (b, c) in h.bounds.iter().zip(&h.counts) {
+                cum += c;
+                let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{}\"}} {cum}", num(*b));
+            }
+            let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(o, "{name}_sum{{{labels}}} {}", num(h.sum));
+            let _ = writeln!(o, "{name}_count{{{labels}}} {}", h.count);
+        };
+        head(&mut o, "vigil_probe_latency_seconds", "histogram", Some("seconds"), "Latency of health probes.");
+        hist(&mut o, "vigil_probe_latency_seconds", &base, &st.probe);
+        head(
+            &mut o,
+            "vigil_phase_duration_seconds",
+            "histogram",
+            Some("seconds"),
+            "How long each startup phase took (observed when the phase ends).",
+        );
+        for (p, h) in &st.phase_durations {
+            hist(&mut o, "vigil_phase_duration_seconds", &format!("{base},phase=\"{p}\""), h);
+        }
+        head(&mut o, "vigil_restarts_total", "counter", None, "Restarts of this run (vigil restart).");
+        let _ = writeln!(o, "vigil_restarts_total{{{base}}} {}", st.restarts);
+        if f == Format::OpenMetrics {
+            o.push_str("# EOF\n");
+        }
+        o
     }
 
-    /// Serves GET /metrics on `addr` until the runtime ends.
-    /// Serves on a listener bound earlier by [`bind`] (before anything was launched).
+    /// Serves GET /metrics on a listener bound earlier by [`bind`] (before anything was launched), until
+    /// the runtime ends. Other paths answer 404, other methods 405; reads are bounded in size and time.
     pub fn serve(self, l: &std::net::TcpListener) -> std::io::Result<std::net::SocketAddr> {
         let l = l.try_clone()?;
         l.set_nonblocking(true)?;
@@ -113,27 +249,64 @@ impl Metrics {
         let local = l.local_addr()?;
         tokio::spawn(async move {
             loop {
-                let Ok((mut s, _)) = l.accept().await else { continue };
+                let Ok((s, _)) = l.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
                 let m = self.clone();
                 tokio::spawn(async move {
-                    let mut buf = [0u8; 2048];
-                    let n = match tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf)).await {
-                        Ok(Ok(n)) => n,
-                        _ => return,
-                    };
-                    let ok = buf[..n].starts_with(b"GET /metrics");
-                    let (status, body) =
-                        if ok { ("200 OK", m.render()) } else { ("404 Not Found", "not found\n".into()) };
-                    let resp = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = s.write_all(resp.as_bytes()).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(10), m.answer(s)).await;
                 });
             }
         });
         Ok(local)
     }
+
+    async fn answer(&self, mut s: tokio::net::TcpStream) -> std::io::Result<()> {
+        let mut head = Vec::with_capacity(1024);
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+            if head.len() > 16 * 1024 {
+                break;
+            }
+        }
+        let (status, ctype, body, send_body) = respond(&String::from_utf8_lossy(&head), |f| self.render(f));
+        let resp = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(resp.as_bytes()).await?;
+        if send_body {
+            s.write_all(body.as_bytes()).await?;
+        }
+        s.shutdown().await
+    }
+}
+
+/// The answer to one request head: status, content type, body, and whether the body is sent (not for HEAD).
+fn respond(head: &str, render: impl Fn(Format) -> String) -> (&'static str, &'static str, String, bool) {
+    let mut lines = head.split("\r\n");
+    let mut rl = lines.next().unwrap_or("").split(' ');
+    let (method, target) = (rl.next().unwrap_or(""), rl.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let accept = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("accept"))
+        .map(|(_, v)| v.trim().to_string());
+    let plain = "text/plain; charset=utf-8";
+    if path != "/metrics" {
+        return ("404 Not Found", plain, "not found: metrics are at /metrics\n".into(), method != "HEAD");
+    }
+    if method != "GET" && method != "HEAD" {
+        return ("405 Method Not Allowed", plain, "GET /metrics\n".into(), true);
+    }
+    let f = Format::from_accept(accept.as_deref());
+    ("200 OK", f.content_type(), render(f), method == "GET")
 }
 
 /// `--metrics 9464` → 127.0.0.1:9464; `--metrics HOST:PORT` as given.
@@ -142,4 +315,88 @@ pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
         return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], p)));
     }
     s.parse().map_err(|_| format!("--metrics: bad address '{s}' (PORT or HOST:PORT)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(body: &str) -> BTreeMap<String, f64> {
+        body.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| {
+                let (k, v) = l.rsplit_once(' ').unwrap();
+                (k.to_string(), v.parse::<f64>().unwrap_or(f64::NAN))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_label_set_and_one_phase_and_verdict() {
+        let m = Metrics::new("kimi", None, 2);
+        m.update(Phase::Weights, Duration::ZERO, Verdict::Starting);
+        m.set_server("sglang");
+        m.update(Phase::KvCache, Duration::from_millis(5), Verdict::Starting);
+        m.update(Phase::Serving, Duration::ZERO, Verdict::Ready);
+        for f in [Format::Text, Format::OpenMetrics] {
+            let body = m.render(f);
+            assert!(!body.contains("unknown"), "{body}");
+            let s = samples(&body);
+            for k in s.keys() {
+                assert!(k.contains("run=\"kimi\",server=\"sglang\""), "unlabelled: {k}");
+            }
+            let ones = |prefix: &str| s.iter().filter(|(k, v)| k.starts_with(prefix) && **v == 1.0).count();
+            assert_eq!(ones("vigil_phase{"), 1, "{body}");
+            assert_eq!(ones("vigil_verdict{"), 1, "{body}");
+            assert_eq!(s["vigil_verdict{run=\"kimi\",server=\"sglang\",verdict=\"ready\"}"], 1.0);
+            assert_eq!(s["vigil_restarts_total{run=\"kimi\",server=\"sglang\"}"], 2.0);
+            assert_eq!(
+                s["vigil_phase_duration_seconds_count{run=\"kimi\",server=\"sglang\",phase=\"weights\"}"], 1.0,
+                "{body}"
+            );
+            // every family has HELP and TYPE
+            for fam in ["vigil_phase", "vigil_verdict", "vigil_probe_latency_seconds", "vigil_phase_duration_seconds"] {
+                assert!(body.contains(&format!("# HELP {fam} ")) && body.contains(&format!("# TYPE {fam} ")), "{fam}");
+            }
+        }
+        let om = m.render(Format::OpenMetrics);
+        assert!(om.ends_with("# EOF\n"));
+        assert!(om.contains("# TYPE vigil_restarts counter\n") && om.contains("# UNIT vigil_phase_seconds seconds\n"));
+        let text = m.render(Format::Text);
+        assert!(
+            text.contains("# TYPE vigil_restarts_total counter\n")
+                && !text.contains("# EOF")
+                && !text.contains("# UNIT")
+        );
+    }
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let m = Metrics::new("r", Some("llama-cpp"), 0);
+        for v in [0.001, 0.02, 0.02, 3.0, 100.0] {
+            m.probe_latency(v);
+        }
+        let s = samples(&m.render(Format::Text));
+        let b =
+            |le: &str| s[&format!("vigil_probe_latency_seconds_bucket{{run=\"r\",server=\"llama-cpp\",le=\"{le}\"}}")];
+        assert_eq!((b("0.005"), b("0.025"), b("5"), b("30"), b("+Inf")), (1.0, 3.0, 4.0, 4.0, 5.0));
+    }
+
+    #[test]
+    fn negotiation_and_paths() {
+        let r = |f: Format| format!("{f:?}");
+        let prom = "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n\r\n";
+        let (st, ct, body, _) = respond(prom, r);
+        assert_eq!((st, body.as_str()), ("200 OK", "OpenMetrics"));
+        assert!(ct.starts_with("application/openmetrics-text"));
+        let (_, ct, body, _) = respond("GET /metrics HTTP/1.1\r\nAccept: text/plain\r\n\r\n", r);
+        assert_eq!(body, "Text");
+        assert!(ct.starts_with("text/plain; version=0.0.4"));
+        assert_eq!(respond("GET /metrics HTTP/1.1\r\n\r\n", r).2, "Text");
+        assert_eq!(respond("GET /metrics?x=1 HTTP/1.1\r\n\r\n", r).0, "200 OK");
+        assert_eq!(respond("GET /metricsXYZ HTTP/1.1\r\n\r\n", r).0, "404 Not Found");
+        assert_eq!(respond("GET / HTTP/1.1\r\n\r\n", r).0, "404 Not Found");
+        assert_eq!(respond("POST /metrics HTTP/1.1\r\n\r\n", r).0, "405 Method Not Allowed");
+        assert!(!respond("HEAD /metrics HTTP/1.1\r\n\r\n", r).3);
+    }
 }

@@ -1,24 +1,45 @@
 //! systemd integration: when `NOTIFY_SOCKET` is set (vigil as the `Type=notify` main process of a
-//! unit), send `STATUS=` on phase changes, `EXTEND_TIMEOUT_USEC=` while startup progresses, `READY=1`
-//! only at the ready verdict, and `WATCHDOG=1` while healthy (when `WATCHDOG_USEC` is set).
+//! unit), send `STATUS=` on phase changes and on every verdict, `EXTEND_TIMEOUT_USEC=` while startup is
+//! alive by vigil's own judgement, `READY=1` only at the ready verdict, `WATCHDOG=1` while healthy (when
+//! `WATCHDOG_USEC` is set and `WATCHDOG_PID`, if set, is vigil's pid), and `STOPPING=1` when the watch
+//! ends in order.
+//!
+//! These variables are vigil's, not the server's: `up` removes them from the environment it records
+//! and passes on ([`NOTIFY_VARS`]).
 
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
+
+/// The service manager's variables addressed to vigil itself: never passed to the server, never stored
+/// in a run record (a `restart` would otherwise replay a dead socket path or another unit's watchdog).
+pub const NOTIFY_VARS: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
+
+/// Beyond the moment vigil itself would decide, the deadline systemd is given: vigil's verdict (and its
+/// `STATUS=`) always comes before systemd's kill.
+const EXTEND_MARGIN: Duration = Duration::from_secs(5);
 
 pub struct Notifier {
     sock: UnixDatagram,
     path: String,
     pub watchdog: Option<Duration>,
     last_watchdog: Option<Instant>,
-    last_extend: Option<Instant>,
+    /// When the last extension was sent and the deadline it gave.
+    last_extend: Option<(Instant, Duration)>,
 }
 
 impl Notifier {
     pub fn from_env() -> Option<Notifier> {
         let path = std::env::var("NOTIFY_SOCKET").ok().filter(|p| !p.is_empty())?;
         let sock = UnixDatagram::unbound().ok()?;
-        let watchdog =
-            std::env::var("WATCHDOG_USEC").ok().and_then(|u| u.parse::<u64>().ok()).map(Duration::from_micros);
+        // sd_watchdog_enabled(): WATCHDOG_PID, when set, names the process that must ping.
+        let ours = std::env::var("WATCHDOG_PID")
+            .ok()
+            .is_none_or(|p| p.trim().parse::<u32>().is_ok_and(|p| p == std::process::id()));
+        let watchdog = std::env::var("WATCHDOG_USEC")
+            .ok()
+            .and_then(|u| u.parse::<u64>().ok())
+            .filter(|u| *u > 0 && ours)
+            .map(Duration::from_micros);
         Some(Notifier { sock, path, watchdog, last_watchdog: None, last_extend: None })
     }
 
@@ -37,12 +58,19 @@ impl Notifier {
         self.send(&format!("STATUS={}", s.replace('\n', " ")));
     }
 
-    /// While startup progresses: extend the unit's start timeout by the current stall limit.
-    pub fn extend(&mut self, by: Duration) {
-        if self.last_extend.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
-            return;
+    /// While starting: `left` is how long vigil itself still gives the startup (the stall limit of the
+    /// phase minus the time since the last sign of progress, capped by `--timeout`). systemd's start
+    /// deadline is moved to `left` + a margin, renewed well before the previous one runs out (at most
+    /// every 5 s, at least every third of the window) and at once on a phase change.
+    pub fn extend(&mut self, left: Duration, now: bool) {
+        let by = left + EXTEND_MARGIN;
+        if let Some((at, prev)) = self.last_extend {
+            let every = (prev / 3).min(Duration::from_secs(5));
+            if !now && at.elapsed() < every {
+                return;
+            }
         }
-        self.last_extend = Some(Instant::now());
+        self.last_extend = Some((Instant::now(), by));
         self.send(&format!("EXTEND_TIMEOUT_USEC={}", by.as_micros()));
     }
 

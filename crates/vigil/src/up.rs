@@ -77,19 +77,32 @@ pub fn exit_how(code: Option<i32>, signal: Option<i32>) -> String {
     }
 }
 
-/// A run's state for `status`: the log's verdict while alive ("starting", "ready", …), else how
-/// it ended ("exited (SIGKILL)", "exited (1)", "not running").
-pub fn run_state(alive: bool, verdict: Verdict, code: Option<i32>, signal: Option<i32>) -> String {
+/// A run's state for `status`: the last verdict vigil reached for it (`recorded`, from its
+/// verdict.json) wins over what the log alone says (`from_log`: a stalled or unhealthy server's log
+/// looks like a ready or starting one). Alive: that verdict ("starting", "ready", "stalled", …); ended:
+/// how ("exited (SIGKILL)", "exited (1)", "not running"), after a bad verdict named first
+/// ("crashed (SIGKILL)", "stalled (exited 0)").
+pub fn run_state(
+    alive: bool,
+    recorded: Option<Verdict>,
+    from_log: Verdict,
+    code: Option<i32>,
+    signal: Option<i32>,
+) -> String {
+    let verdict = recorded.unwrap_or(from_log);
     if alive {
-        return match verdict {
-            Verdict::Starting => "starting".to_string(),
-            v => v.as_str().to_string(),
-        };
+        return verdict.as_str().to_string();
     }
-    match (code, signal) {
-        (_, Some(s)) => format!("exited ({})", vigil_core::judge::signal_name(s)),
-        (Some(c), _) => format!("exited ({c})"),
-        _ => "not running".into(),
+    let how = match (code, signal) {
+        (_, Some(s)) => vigil_core::judge::signal_name(s),
+        (Some(c), _) => format!("{c}"),
+        _ => return "not running".into(),
+    };
+    match recorded {
+        Some(v @ (Verdict::Crashed | Verdict::Stalled | Verdict::Timeout | Verdict::Unhealthy)) => {
+            format!("{} (exited {how})", v.as_str())
+        }
+        _ => format!("exited ({how})"),
     }
 }
 
@@ -139,6 +152,9 @@ pub async fn up(a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
     let mut env: Vec<(String, String)> = std::env::vars_os()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
+    // systemd's NOTIFY_SOCKET/WATCHDOG_* are addressed to vigil: never to the server or the run record
+    // (an explicit --env still sets them).
+    env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));
     apply_env_flags(&mut env, &a)?;
     let cwd = std::env::current_dir().map_err(|e| CliError::usage(format!("current directory: {e}")))?;
     launch(&name, a.cmd.clone(), env, cwd, kind, &a, profiles).await
@@ -198,7 +214,7 @@ async fn launch(
         }
     }
     run::mkdir_private(&dir)?;
-    for f in ["state.json", "events.jsonl", "stop.json", "startup.json"] {
+    for f in ["state.json", "events.jsonl", "stop.json", "startup.json", "verdict.json"] {
         let _ = std::fs::remove_file(dir.join(f));
     }
     let log = dir.join("server.log");
@@ -266,16 +282,17 @@ async fn launch(
     if let Some(r) = &out.report {
         let _ = run::write_json(&dir.join("startup.json"), r);
     }
-    if out.code == exit::INTERRUPTED {
+    if out.interrupted {
         if a.keep {
             rep.note(0, &format!("--keep: '{name}' keeps running; stop it with `vigil down {name}`"));
-            return Ok(exit::INTERRUPTED);
+            return Ok(out.code);
         }
         let st = read_state(&dir).unwrap_or(st);
         let surv = stop_run(&dir, &st, a.grace, &mut rep)?;
-        return Ok(if surv.is_empty() { exit::INTERRUPTED } else { exit::NOT_STOPPED });
+        // SIGTERM after ready is an orderly stop (exit 0); before a verdict it stays 130
+        return Ok(if surv.is_empty() { out.code } else { exit::NOT_STOPPED });
     }
-    if a.detach || a.proof.watch || out.report.as_ref().is_none_or(|r| r.verdict != Verdict::Ready) {
+    if a.detach || watching(a) || out.report.as_ref().is_none_or(|r| r.verdict != Verdict::Ready) {
         return Ok(out.code);
     }
     // Foreground after ready: stay until the server ends or Ctrl-C stops it.
@@ -297,10 +314,19 @@ async fn launch(
     Ok(if surv.is_empty() { exit::READY } else { exit::NOT_STOPPED })
 }
 
+/// `up` keeps watching after ready with `--watch`, and in the foreground with `--metrics` (the values
+/// come from the watch: without it they would freeze at ready).
+fn watching(a: &UpArgs) -> bool {
+    a.proof.watch || (a.proof.metrics.is_some() && !a.detach)
+}
+
 fn spawn_keeper(dir: &Path) -> Result<(), CliError> {
     let exe = std::env::current_exe().map_err(|e| CliError::Internal(format!("own path: {e}")))?;
     let mut c = std::process::Command::new(exe);
     c.arg("__keeper").arg(dir);
+    for k in crate::notify::NOTIFY_VARS {
+        c.env_remove(k);
+    }
     c.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
     use std::os::unix::fs::OpenOptionsExt;
     let errlog = std::fs::OpenOptions::new()
@@ -333,6 +359,7 @@ async fn watch(
     profiles: Profiles,
 ) -> Result<wait::Outcome, CliError> {
     let mut w = a.proof.clone();
+    w.watch = watching(a);
     w.pid = Some(pid);
     w.timeout = a.timeout;
     w.stall = a.stall.clone();
@@ -499,6 +526,12 @@ pub fn down(names: Vec<String>, all: bool, pid: Option<i32>, grace: Duration, js
     Ok(code)
 }
 
+/// What `status` reads of a run's verdict.json (the report of the last verdict vigil reached).
+#[derive(serde::Deserialize)]
+struct Recorded {
+    verdict: Verdict,
+}
+
 #[derive(serde::Serialize)]
 struct StatusRow {
     name: String,
@@ -520,7 +553,9 @@ pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
         let alive = st.server_pid.is_some_and(procs::alive);
         let log_text = std::fs::read(&rec.log).unwrap_or_default();
         let report = vigil_core::diagnose_text(profiles, rec.server.as_deref(), &String::from_utf8_lossy(&log_text));
-        let state = run_state(alive, report.verdict, st.exit_code, st.exit_signal);
+        let recorded: Option<Recorded> = run::read_json(&dir.join("verdict.json"));
+        let state =
+            run_state(alive, recorded.as_ref().map(|r| r.verdict), report.verdict, st.exit_code, st.exit_signal);
         let since = if alive { st.started_unix_ms } else { st.ended_unix_ms.unwrap_or(st.started_unix_ms) };
         let age = std::fs::metadata(&rec.log)
             .and_then(|m| m.modified())
@@ -610,7 +645,9 @@ pub fn logs(name: &str, follow: bool, n: usize) -> Result<i32, CliError> {
 pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
     let (dir, rec) = run::load(name)?;
     let secrets: Secrets = run::secrets_path(name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
-    let (argv, env) = run::unredact(&rec, &secrets);
+    let (argv, mut env) = run::unredact(&rec, &secrets);
+    // records written before vigil kept systemd's variables out still hold them: never replay them
+    env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));
     let mut rep = Reporter::new(a.json, a.quiet);
     if let Some(st) = read_state(&dir) {
         let surv = stop_run(&dir, &st, a.grace, &mut rep)?;

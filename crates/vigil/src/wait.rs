@@ -59,6 +59,13 @@ pub struct Args {
     pub metrics: Option<std::net::SocketAddr>,
     /// The `--metrics` listener when `up` bound it before launching.
     pub metrics_listener: Option<std::sync::Arc<std::net::TcpListener>>,
+    /// After a verdict that ends vigil (not ready), keep `--metrics` served this long so that the
+    /// verdict is scraped (an interrupt cuts it short).
+    pub metrics_linger: Duration,
+    /// The run's name for the `run` label (a run of `vigil up`; else what is watched).
+    pub run_name: Option<String>,
+    /// Where every verdict vigil reaches for a run is recorded (`status` reads it).
+    pub verdict_file: Option<PathBuf>,
     pub restarts: u64,
     /// GPU sampling interval (when a GPU reader and a pid exist).
     pub gpu_interval: Duration,
@@ -98,6 +105,9 @@ impl Args {
             generate_every: Duration::from_secs(60),
             metrics: None,
             metrics_listener: None,
+            metrics_linger: Duration::from_secs(30),
+            run_name: None,
+            verdict_file: None,
             restarts: 0,
             gpu_interval: Duration::from_secs(2),
             remote: None,
@@ -124,6 +134,8 @@ impl Args {
             }
         }
         self.exit_state = Some(dir.join("state.json"));
+        self.verdict_file = Some(dir.join("verdict.json"));
+        self.run_name = self.run_name.take().or_else(|| Some(rec.name.clone()));
         let secrets: run::Secrets =
             run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
         self.secrets.extend(run::secret_values(&secrets));
@@ -138,6 +150,50 @@ impl Args {
 pub struct Outcome {
     pub code: i32,
     pub report: Option<Report>,
+    /// Ended by SIGINT/SIGTERM (the caller stops what it launched).
+    pub interrupted: bool,
+}
+
+impl Outcome {
+    fn verdict(code: i32, r: Report) -> Outcome {
+        Outcome { code, report: Some(r), interrupted: false }
+    }
+}
+
+/// Where a verdict goes besides the reporter: systemd, the metrics, the run's record.
+struct Sinks {
+    notifier: Option<Notifier>,
+    metrics: Option<Metrics>,
+    verdict_file: Option<PathBuf>,
+}
+
+impl Sinks {
+    fn verdict(&mut self, r: &Report) {
+        if let Some(m) = &self.metrics {
+            m.set_verdict(r.verdict);
+        }
+        if let Some(p) = &self.verdict_file {
+            let _ = crate::run::write_json(p, r);
+        }
+        if let Some(n) = &self.notifier {
+            if r.verdict == Verdict::Ready {
+                n.ready(&format!(
+                    "ready{}",
+                    r.degraded.as_ref().map(|d| format!(" (degraded: {d})")).unwrap_or_default()
+                ));
+            } else {
+                let cause = r.cause.map(|c| format!(" ({c})")).unwrap_or_default();
+                n.status(&format!("{}{cause} in {}", r.verdict, r.phase));
+            }
+        }
+    }
+
+    /// The watch ends in order (a stop was asked for, or the server exited with status 0 after ready).
+    fn stopping(&self, why: &str) {
+        if let Some(n) = &self.notifier {
+            n.send(&format!("STOPPING=1\nSTATUS=stopping: {}", why.replace('\n', " ")));
+        }
+    }
 }
 
 enum Stage {
@@ -154,7 +210,28 @@ async fn pending<T>(h: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::Joi
     }
 }
 
-pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
+pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
+    let mut metrics = None;
+    let linger = a.metrics_linger;
+    let shared = a.tag.is_some();
+    let out = run_inner(a, profiles, &mut metrics).await?;
+    // A verdict that ends vigil stays scrapeable for a while: vigil exiting takes the endpoint with it.
+    let ends_bad = out.report.as_ref().is_some_and(|r| r.verdict != Verdict::Ready);
+    if let (Some(m), true, false) = (&metrics, ends_bad, out.interrupted) {
+        if let Some(r) = &out.report {
+            m.set_verdict(r.verdict);
+        }
+        if !linger.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(linger) => {}
+                _ = crate::interrupt(shared) => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Metrics>) -> Result<Outcome, CliError> {
     let t0 = Instant::now();
     let ms = move || t0.elapsed().as_millis() as u64;
     let mut rep = Reporter::new(a.json, a.quiet);
@@ -246,20 +323,30 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         .probe_timeout
         .unwrap_or_else(|| Duration::from_secs_f64(forced.as_ref().map_or(5.0, |p| p.probe_timeout_secs)));
 
-    let mut notifier = Notifier::from_env();
+    let notifier = Notifier::from_env();
+    let run_name = a
+        .run_name
+        .clone()
+        .or_else(|| a.tag.as_ref().map(|t| t.0.clone()))
+        .or_else(|| a.log.as_ref().filter(|l| *l != "-").cloned())
+        .or_else(|| target.as_ref().map(|t| format!("{}:{}", t.host, t.port)))
+        .or_else(|| a.pid.map(|p| format!("pid {p}")))
+        .unwrap_or_else(|| "wait".into());
     let metrics = match a.metrics {
         Some(addr) => {
-            let m = Metrics::new(a.restarts);
+            let m = Metrics::new(&run_name, server_name_for_metrics(&forced), a.restarts);
             let l = match &a.metrics_listener {
                 Some(l) => l.clone(),
                 None => crate::metrics::bind(addr)?,
             };
             let local = m.clone().serve(&l).map_err(|e| CliError::usage(format!("--metrics {addr}: {e}")))?;
             rep.note(0, &format!("metrics on http://{local}/metrics"));
+            *metrics_out = Some(m.clone());
             Some(m)
         }
         None => None,
     };
+    let mut sinks = Sinks { notifier, metrics: metrics.clone(), verdict_file: a.verdict_file.clone() };
 
     // Sources.
     let (tx, mut rx) = mpsc::unbounded_channel::<SourceMsg>();
@@ -372,10 +459,22 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     loop {
         let mut events: Vec<Event> = Vec::new();
         let mut gen_done: Option<GenProof> = None;
+        let mut exit_now: Option<ExitInfo> = None;
         tokio::select! {
             _ = crate::interrupt(a.tag.is_some()) => {
-                rep.note(ms(), if matches!(stage, Stage::Watching) { "interrupted while watching" } else { "interrupted before a verdict" });
-                return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned() });
+                if matches!(stage, Stage::Watching) {
+                    // After ready, SIGTERM is an orderly stop (systemctl stop, docker stop): exit 0.
+                    let term = crate::last_interrupt_was_sigterm();
+                    rep.note(ms(), if term { "SIGTERM while watching: stopping in order" } else { "interrupted while watching" });
+                    sinks.stopping(if term { "SIGTERM" } else { "interrupted" });
+                    let code = if term { exit::READY } else { exit::INTERRUPTED };
+                    return Ok(Outcome { code, report: judge.report().cloned(), interrupted: true });
+                }
+                rep.note(ms(), "interrupted before a verdict");
+                if let Some(n) = &sinks.notifier {
+                    n.status("interrupted before a verdict");
+                }
+                return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned(), interrupted: true });
             }
             m = rx.recv(), if lines_open => match m {
                 Some(SourceMsg::Line(raw)) => {
@@ -443,7 +542,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     let now = Instant::now();
                     pending_exit = Some((x, now, now, need));
                 } else {
-                    events = judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) });
+                    exit_now = Some(x);
                 }
             }
             r = pending(&mut probe_task) => {
@@ -479,7 +578,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     }
                 }
                 if outcome == ProbeOutcome::Ok && matches!(stage, Stage::Watching) {
-                    if let Some(n) = &mut notifier {
+                    if let Some(n) = &mut sinks.notifier {
                         n.healthy();
                     }
                 }
@@ -513,12 +612,39 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 });
                 events = if drained {
                     let (x, _, _, _) = pending_exit.take().unwrap();
-                    judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) })
+                    exit_now = Some(x);
+                    vec![]
                 } else {
                     judge.feed(Fact { at: Some(ms()), input: Input::Tick })
                 };
             }
         }
+        if let Some(x) = exit_now.take() {
+            // After ready, an exit that was asked for (`vigil down`) or a clean status 0 ends the watch in
+            // order: not a crash, and not a later "unhealthy" from probes of a server that is gone.
+            let asked = a.exit_state.as_ref().and_then(|p| p.parent()).is_some_and(|d| d.join("stop.json").exists());
+            if matches!(stage, Stage::Watching) && (asked || (x.ours && x.code == Some(0) && x.signal.is_none())) {
+                let how = format!(
+                    "the server {} after ready{}",
+                    crate::up::exit_how(x.code, x.signal),
+                    if asked { " (stopped by vigil down)" } else { "" }
+                );
+                if rep.mode == crate::report::Mode::Json {
+                    rep.json(serde_json::json!({"event": "stopped", "t_ms": ms(), "how": how, "exit_code": x.code, "signal": x.signal, "requested": asked}));
+                } else {
+                    rep.note(ms(), &format!("{how}: the watch ends"));
+                }
+                sinks.stopping(&how);
+                if let Some(p) = &sinks.verdict_file {
+                    let mut r = judge.report().cloned().unwrap_or_else(|| judge.final_report());
+                    r.detail = Some(how.clone());
+                    let _ = crate::run::write_json(p, &r);
+                }
+                return Ok(Outcome { code: exit::READY, report: None, interrupted: false });
+            }
+            events.extend(judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) }));
+        }
+        let mut phase_changed = false;
         for ev in &events {
             match ev {
                 Event::ProbeNow { .. } => {
@@ -529,13 +655,13 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     if let (Some(tx), Some((_, Some(r)))) = (&a.phase_tx, &a.tag) {
                         let _ = tx.send((*r, *phase));
                     }
-                    if let Some(n) = &notifier {
+                    phase_changed = true;
+                    if let Some(n) = &sinks.notifier {
                         n.status(&format!("{} {phase}", server.as_deref().unwrap_or("server")));
                     }
                 }
                 Event::Progress { phase, progress } => {
-                    if let Some(n) = &mut notifier {
-                        n.extend(Duration::from_millis(judge.config().stall_limit_ms(*phase)));
+                    if let Some(n) = &sinks.notifier {
                         n.status(&format!(
                             "{} {phase} {}/{}",
                             server.as_deref().unwrap_or("server"),
@@ -559,7 +685,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                 }
                 (Verdict::Ready, Stage::Starting) => {
                     let r = finish_ready(r, None, wants_spec, judge.degraded());
-                    if let Some(o) = announce_ready(&mut rep, &notifier, ms(), &r, a.watch) {
+                    if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &r, a.watch) {
                         return Ok(o);
                     }
                     stage = Stage::Watching;
@@ -569,17 +695,10 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     if let Some(h) = probe_task.take() {
                         h.abort();
                     }
-                    if let Some(n) = &notifier {
-                        n.status(&format!(
-                            "{} {} in {}",
-                            r.verdict,
-                            r.cause.map(|c| c.to_string()).unwrap_or_default(),
-                            r.phase
-                        ));
-                    }
+                    update_metrics(&metrics, &judge, server.as_deref(), r.verdict);
+                    sinks.verdict(&r);
                     rep.verdict(ms(), &r, None);
-                    update_metrics(&metrics, &judge, r.verdict);
-                    return Ok(Outcome { code: exit::for_verdict(r.verdict), report: Some(r) });
+                    return Ok(Outcome::verdict(exit::for_verdict(r.verdict), r));
                 }
             }
         }
@@ -599,7 +718,7 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                             }
                         }
                         let r = finish_ready((**r).clone(), Some(&g), wants_spec, judge.degraded());
-                        if let Some(o) = announce_ready(&mut rep, &notifier, ms(), &r, a.watch) {
+                        if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &r, a.watch) {
                             return Ok(o);
                         }
                         stage = Stage::Watching;
@@ -614,8 +733,9 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                             g.endpoint
                         ));
                         r.hint = Some("the HTTP side is up but the engine does not generate: read the server log; try the completion by hand".into());
+                        sinks.verdict(&r);
                         rep.verdict(ms(), &r, None);
-                        return Ok(Outcome { code: exit::UNHEALTHY, report: Some(r) });
+                        return Ok(Outcome::verdict(exit::UNHEALTHY, r));
                     } else {
                         rep.note(ms(), &format!("generation proof failed ({}), retrying", g.note));
                         next_gen = Instant::now() + Duration::from_secs(1);
@@ -628,8 +748,9 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
                     }
                     let ev = judge.feed(Fact { at: Some(ms()), input: Input::Probe(outcome) });
                     if let Some(Event::Verdict(r)) = ev.iter().find(|e| matches!(e, Event::Verdict(_))) {
+                        sinks.verdict(r);
                         rep.verdict(ms(), r, None);
-                        return Ok(Outcome { code: exit::for_verdict(r.verdict), report: Some((**r).clone()) });
+                        return Ok(Outcome::verdict(exit::for_verdict(r.verdict), (**r).clone()));
                     }
                     next_gen = Instant::now() + a.generate_every;
                 }
@@ -674,18 +795,36 @@ pub async fn run(mut a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         if !matches!(stage, Stage::Watching) {
             rep.live(ms(), &judge, server.as_deref(), probe_txt);
         }
-        update_metrics(&metrics, &judge, judge.state());
+        update_metrics(&metrics, &judge, server.as_deref(), judge.state());
+        // systemd's start deadline follows vigil's own judgement: while starting, it is kept beyond the
+        // moment vigil would call the startup stalled (or timed out), renewed on every sign of progress
+        // (a log line, a phase change, a GPU memory change: the judge's `since_progress`) and, in a
+        // silent phase, for as long as the phase's stall limit allows.
+        if !matches!(stage, Stage::Watching) {
+            if let Some(n) = &mut sinks.notifier {
+                let to_timeout = a.timeout.saturating_sub(t0.elapsed());
+                let left = if has_log {
+                    let limit = judge.config().stall_limit_ms(judge.phase());
+                    Duration::from_millis(limit.saturating_sub(judge.since_progress_ms())).min(to_timeout)
+                } else {
+                    to_timeout
+                };
+                n.extend(left, phase_changed);
+            }
+        }
     }
 }
 
-fn update_metrics(m: &Option<Metrics>, j: &Judge, v: Verdict) {
+fn server_name_for_metrics(p: &Option<vigil_core::profile::Profile>) -> Option<&str> {
+    p.as_ref().map(|p| p.name.as_str())
+}
+
+fn update_metrics(m: &Option<Metrics>, j: &Judge, server: Option<&str>, v: Verdict) {
     if let Some(m) = m {
-        if let Some(r) = j.report() {
-            if let Some(s) = &r.server {
-                m.set_server(s);
-            }
+        if let Some(s) = server {
+            m.set_server(s);
         }
-        m.update(j.phase(), j.in_phase_ms().unwrap_or(0) as f64 / 1000.0, v);
+        m.update(j.phase(), Duration::from_millis(j.in_phase_ms().unwrap_or(0)), v);
     }
 }
 
@@ -727,17 +866,15 @@ fn finish_ready(mut r: Report, g: Option<&GenProof>, wants_spec: bool, log_degra
 }
 
 /// Prints the ready verdict, tells systemd; returns the outcome unless watching continues.
-fn announce_ready(rep: &mut Reporter, n: &Option<Notifier>, t: u64, r: &Report, watch: bool) -> Option<Outcome> {
+fn announce_ready(rep: &mut Reporter, sinks: &mut Sinks, t: u64, r: &Report, watch: bool) -> Option<Outcome> {
+    sinks.verdict(r);
     rep.verdict(t, r, None);
-    if let Some(n) = n {
-        n.ready(&format!("ready{}", r.degraded.as_ref().map(|d| format!(" (degraded: {d})")).unwrap_or_default()));
-    }
     let code = if r.degraded.is_some() { exit::DEGRADED } else { exit::READY };
     if watch {
         rep.note(t, "watching: health and generation probes, the log, the process");
         return None;
     }
-    Some(Outcome { code, report: Some(r.clone()) })
+    Some(Outcome::verdict(code, r.clone()))
 }
 
 /// The exit status of a process that died: from the keeper's state.json when it is a run of ours

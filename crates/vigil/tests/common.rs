@@ -205,3 +205,67 @@ pub fn wait_bounded(child: &mut Child, deadline: Duration) -> std::process::Exit
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A system tool a test needs (Debian's prometheus, promtool, systemd-analyze): its path, or None to skip.
+/// Missing under CI=true is a failure, never a skip (scripts/test.sh installs them).
+pub fn tool(path: &str, package: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(path);
+    if p.is_file() {
+        return Some(p);
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{path} missing: install Debian's {package} (scripts/test.sh does)");
+    }
+    eprintln!("SKIP: {path} missing (apt-get install {package})");
+    None
+}
+
+/// One HTTP/1.0 GET (so the answer is never chunked) on loopback: status and body.
+pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> std::io::Result<(u16, String)> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut b = Vec::new();
+    s.read_to_end(&mut b)?;
+    let text = String::from_utf8_lossy(&b).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
+/// Percent-encodes a query-string value.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Waits for a child (bounded) and returns its status with its peak RSS in KiB (`wait4`'s ru_maxrss).
+pub fn wait_rusage(child: &mut Child, deadline: Duration) -> (std::process::ExitStatus, i64) {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = child.id() as i32;
+    let t0 = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: wait4 on our own child with valid out-pointers.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        if r == pid {
+            return (std::process::ExitStatus::from_raw(status), ru.ru_maxrss);
+        }
+        if t0.elapsed() > deadline {
+            let _ = child.kill();
+            panic!("child did not exit within {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -317,10 +317,13 @@ fn e2e_kubernetes_probe_exit_codes() {
     assert!(out.contains("crashed"), "{out}");
 }
 
-/// Prometheus: `--metrics` scraped and parsed.
+/// Prometheus: `--metrics` scraped and parsed; one label set (run + kind) on every series; the classic
+/// text format passes Debian's `promtool check metrics`; OpenMetrics by Accept; 404 elsewhere; SIGTERM after
+/// ready is an orderly stop (exit 0).
 #[test]
 fn e2e_metrics_endpoint_scraped() {
     let Some(e) = env() else { return };
+    let Some(promtool) = tool("/usr/bin/promtool", "prometheus") else { return };
     let d = TempDir::new("metrics");
     let port = free_port();
     let mport = free_port();
@@ -334,13 +337,7 @@ fn e2e_metrics_endpoint_scraped() {
             break;
         }
     }
-    let scrape = || {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", mport)).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        let mut b = String::new();
-        s.read_to_string(&mut b).unwrap();
-        b
-    };
+    let scrape = || http_get(mport, "/metrics", &[]).unwrap().1;
     // the loop refreshes the metrics on its next turn: wait (bounded) for the serving phase
     let t0 = Instant::now();
     let mut body = scrape();
@@ -348,19 +345,345 @@ fn e2e_metrics_endpoint_scraped() {
         std::thread::sleep(Duration::from_millis(50));
         body = scrape();
     }
-    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     let mut values = std::collections::BTreeMap::new();
     for line in body.lines().filter(|l| l.starts_with("vigil_")) {
         let (k, v) = line.rsplit_once(' ').unwrap();
+        assert!(k.contains("{run=\"m\",server=\"llama-cpp\""), "series without the run's label set: {line}");
         values.insert(k.to_string(), v.parse::<f64>().unwrap_or_else(|_| panic!("not a number: {line}")));
     }
-    assert_eq!(values.get("vigil_phase{server=\"llama-cpp\",phase=\"serving\"}"), Some(&1.0), "{body}");
-    assert_eq!(values.get("vigil_phase{server=\"llama-cpp\",phase=\"weights\"}"), Some(&0.0), "{body}");
-    assert_eq!(values.get("vigil_verdict{server=\"llama-cpp\",verdict=\"ready\"}"), Some(&1.0), "{body}");
-    assert!(values.contains_key("vigil_probe_latency_seconds"), "{body}");
-    assert!(values.contains_key("vigil_phase_seconds"), "{body}");
-    assert!(values.keys().any(|k| k.starts_with("vigil_restarts")), "{body}");
-    signal(child.id() as i32, libc::SIGINT);
-    let st = child.wait().unwrap();
-    assert_eq!(st.code(), Some(130));
+    let l = "run=\"m\",server=\"llama-cpp\"";
+    assert_eq!(values.get(&format!("vigil_phase{{{l},phase=\"serving\"}}")), Some(&1.0), "{body}");
+    assert_eq!(values.get(&format!("vigil_phase{{{l},phase=\"weights\"}}")), Some(&0.0), "{body}");
+    assert_eq!(values.get(&format!("vigil_verdict{{{l},verdict=\"ready\"}}")), Some(&1.0), "{body}");
+    assert!(values[&format!("vigil_probe_latency_seconds_count{{{l}}}")] >= 1.0, "{body}");
+    assert!(values.contains_key(&format!("vigil_phase_started_timestamp_seconds{{{l}}}")), "{body}");
+    assert!(values.keys().any(|k| k.starts_with("vigil_phase_duration_seconds_count")), "{body}");
+    assert_eq!(values.get(&format!("vigil_restarts_total{{{l}}}")), Some(&0.0), "{body}");
+    // values keep moving after ready: the watch's probes land in the histogram
+    let n0 = values[&format!("vigil_probe_latency_seconds_count{{{l}}}")];
+    let t0 = Instant::now();
+    while !scrape().contains(&format!("vigil_probe_latency_seconds_count{{{l}}} {}", n0 as u64 + 2)) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "probe latency frozen after ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // promtool on the live endpoint's classic text
+    let mut pc = Command::new(&promtool);
+    pc.args(["check", "metrics"]);
+    pc.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut p = pc.spawn().unwrap();
+    p.stdin.take().unwrap().write_all(scrape().as_bytes()).unwrap();
+    let o = p.wait_with_output().unwrap();
+    assert!(
+        o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // OpenMetrics when asked for; 404 for other paths
+    let (code, om) = http_get(mport, "/metrics", &[("Accept", "application/openmetrics-text;version=1.0.0")]).unwrap();
+    assert_eq!(code, 200);
+    assert!(om.ends_with("# EOF\n") && om.contains("# UNIT vigil_phase_seconds seconds"), "{om}");
+    assert_eq!(http_get(mport, "/metricsXYZ", &[]).unwrap().0, 404);
+    assert_eq!(http_get(mport, "/", &[]).unwrap().0, 404);
+    // systemctl stop / docker stop: SIGTERM after ready stops the server and exits 0
+    signal(child.id() as i32, libc::SIGTERM);
+    let st = wait_bounded(&mut child, T);
+    assert_eq!(st.code(), Some(0));
+    let mut s = v(&d.0);
+    s.args(["status", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&run_bounded(s, T).stdout).unwrap();
+    assert!(rows[0]["state"].as_str().unwrap().starts_with("exited"), "{rows}");
+}
+
+/// A query on Prometheus' HTTP API.
+fn prom_query(port: u16, q: &str) -> serde_json::Value {
+    let (code, body) = http_get(port, &format!("/api/v1/query?query={}", urlencode(q)), &[]).unwrap();
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// A real Prometheus (Debian's binary, on loopback, its own storage, 200 ms scrapes) scrapes vigil watching
+/// the real llama-server: at every scrape through startup exactly one phase and one verdict are 1, and a crash
+/// after ready is in Prometheus as `crashed` before vigil's endpoint goes away (--metrics-linger).
+#[test]
+fn e2e_prometheus_sees_one_phase_and_the_crash() {
+    let Some(e) = env() else { return };
+    let Some(prom) = tool("/usr/bin/prometheus", "prometheus") else { return };
+    let d = TempDir::new("prom");
+    let (port, mport, pport) = (free_port(), free_port(), free_port());
+    std::fs::write(
+        d.path("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 200ms\n  scrape_timeout: 150ms\nscrape_configs:\n  - job_name: vigil\n    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n"
+        ),
+    )
+    .unwrap();
+    let plog = std::fs::File::create(d.path("prometheus.log")).unwrap();
+    let _prom = Guard(
+        Command::new(&prom)
+            .arg(format!("--config.file={}", d.path("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", d.path("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
+            .stdout(plog.try_clone().unwrap())
+            .stderr(plog)
+            .spawn()
+            .expect("start prometheus"),
+    );
+    let t0 = Instant::now();
+    while http_get(pport, "/-/ready", &[]).map(|r| r.0).ok() != Some(200) {
+        assert!(
+            t0.elapsed() < T,
+            "prometheus not ready: {}",
+            std::fs::read_to_string(d.path("prometheus.log")).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Prometheus applies discovered targets every 5 s: wait until it has tried the (not yet open) target once
+    let t0 = Instant::now();
+    loop {
+        let (_, body) = http_get(pport, "/api/v1/targets", &[]).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if j["data"]["activeTargets"].as_array().is_some_and(|a| a.iter().any(|t| t["health"] != "unknown")) {
+            break;
+        }
+        assert!(t0.elapsed() < T, "prometheus never scraped: {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut c = v(&d.0);
+    c.args(["up", "--name", "p", "--watch", "--json", "--metrics", &mport.to_string(), "--metrics-linger", "3s"]);
+    c.args(["--unhealthy-after", "30s", "--"]).args(cmd(&e, port, &[]));
+    let (mut child, events) = spawn_json(c);
+    let mut server = 0;
+    let mut crashed = false;
+    for j in events {
+        if j["event"] == "launched" {
+            // held before it loads: a startup long enough for several scrapes
+            server = j["pid"].as_i64().unwrap() as i32;
+            signal(server, libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(1500));
+            signal(server, libc::SIGCONT);
+        }
+        if j["event"] == "verdict" && j["verdict"] == "ready" {
+            // let a few scrapes see ready, then the server dies
+            let t = Instant::now();
+            while prom_query(pport, "vigil_verdict{run=\"p\",verdict=\"ready\"} == 1")["data"]["result"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+            {
+                assert!(t.elapsed() < T, "prometheus never saw ready");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            signal(server, libc::SIGKILL);
+        }
+        if j["event"] == "verdict" && j["verdict"] == "crashed" {
+            crashed = true;
+            // while vigil lingers, Prometheus scrapes the verdict
+            let t = Instant::now();
+            while prom_query(pport, "vigil_verdict{run=\"p\",verdict=\"crashed\"} == 1")["data"]["result"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+            {
+                assert!(t.elapsed() < Duration::from_secs(3), "crashed not scraped within the linger");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    assert_eq!(wait_bounded(&mut child, T).code(), Some(3));
+    assert!(crashed, "no crashed verdict");
+    // every scrape: exactly one phase and one verdict at 1
+    let mut seen_at_1 = std::collections::BTreeSet::new();
+    for metric in ["vigil_phase", "vigil_verdict"] {
+        let r = prom_query(pport, &format!("{metric}{{run=\"p\"}}[5m]"));
+        let mut by_t: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
+        for series in r["data"]["result"].as_array().unwrap() {
+            assert_eq!(series["metric"]["server"], "llama-cpp", "{series}");
+            for pt in series["values"].as_array().unwrap() {
+                let e = by_t.entry(pt[0].to_string()).or_default();
+                let val = pt[1].as_str().unwrap().parse::<f64>().unwrap();
+                if val == 1.0 {
+                    let label = &series["metric"][metric.trim_start_matches("vigil_")];
+                    seen_at_1.insert(label.as_str().unwrap_or("?").to_string());
+                }
+                e.0 += val;
+                e.1 += 1;
+            }
+        }
+        assert!(by_t.len() >= 8, "too few scrapes of {metric}: {}", by_t.len());
+        for (t, (sum, n)) in &by_t {
+            assert_eq!(*sum, 1.0, "{metric} at {t}: {n} series, sum {sum}");
+        }
+    }
+    for want in ["starting", "ready", "crashed", "serving"] {
+        assert!(seen_at_1.contains(want), "no scrape saw {want} at 1: {seen_at_1:?}");
+    }
+}
+
+/// A notify socket bound by the test, as systemd binds it: the datagrams with their arrival times.
+fn notify_listener(path: &Path) -> Arc<Mutex<Vec<(Instant, String)>>> {
+    let sock = std::os::unix::net::UnixDatagram::bind(path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let msgs: Arc<Mutex<Vec<(Instant, String)>>> = Arc::new(Mutex::new(Vec::new()));
+    let m2 = msgs.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Ok(n) = sock.recv(&mut buf) {
+                m2.lock().unwrap().push((Instant::now(), String::from_utf8_lossy(&buf[..n]).into_owned()));
+            }
+        }
+    });
+    msgs
+}
+
+/// systemd Type=notify under `vigil up --watch`: a startup held silent (SIGSTOP, 4 s) longer than a 3 s
+/// start deadline is always covered by the last EXTEND_TIMEOUT_USEC; the server's environment and the run
+/// record have no NOTIFY_SOCKET; `vigil down` (ExecStop=) of the ready server ends vigil with STOPPING=1 and
+/// exit 0; status then says how it ended.
+#[test]
+fn e2e_systemd_silent_phase_extended_and_orderly_stop() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("sdstop");
+    let sock_path = d.path("notify.sock");
+    let msgs = notify_listener(&sock_path);
+    let port = free_port();
+    let mut c = v(&d.0);
+    c.env("NOTIFY_SOCKET", &sock_path).env("WATCHDOG_USEC", "2000000");
+    c.args(["up", "--name", "sd", "--watch", "--json", "--"]).args(cmd(&e, port, &[]));
+    let start = Instant::now();
+    let (mut child, mut events) = spawn_json(c);
+    let mut server = 0;
+    let mut ready_at = None;
+    for j in events.by_ref() {
+        if j["event"] == "launched" {
+            server = j["pid"].as_i64().unwrap() as i32;
+            signal(server, libc::SIGSTOP);
+            std::thread::sleep(Duration::from_secs(4));
+            signal(server, libc::SIGCONT);
+        }
+        if j["event"] == "verdict" {
+            assert_eq!(j["verdict"], "ready", "{j}");
+            ready_at = Some(Instant::now());
+            break;
+        }
+    }
+    let ready_at = ready_at.expect("no verdict");
+    assert!(ready_at - start > Duration::from_secs(4), "the startup was not held");
+    // the notify variables are vigil's alone
+    let environ = std::fs::read(format!("/proc/{server}/environ")).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(!environ.contains("NOTIFY_SOCKET=") && !environ.contains("WATCHDOG_USEC="), "leaked: {environ}");
+    let rec = std::fs::read_to_string(d.0.join("runs/sd/run.json")).unwrap();
+    assert!(!rec.contains("NOTIFY_SOCKET") && !rec.contains("WATCHDOG_USEC"), "{rec}");
+    // the start deadline (3 s from the unit's start, as TimeoutStartSec=3s would give; a debug vigil under
+    // load needs a second or two to send its first message) never ran out before READY=1
+    let t = Instant::now();
+    while !msgs.lock().unwrap().iter().any(|(_, x)| x.starts_with("READY=1")) {
+        assert!(t.elapsed() < Duration::from_secs(5), "no READY=1");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let m = msgs.lock().unwrap().clone();
+    let ready_i = m.iter().position(|(_, x)| x.starts_with("READY=1")).expect("no READY=1");
+    let mut deadline = start + Duration::from_secs(3);
+    let mut extends = 0;
+    for (t, x) in &m[..ready_i] {
+        assert!(*t <= deadline, "start deadline ran out {:?} before {x}", *t - deadline);
+        if let Some(us) = x.strip_prefix("EXTEND_TIMEOUT_USEC=") {
+            deadline = deadline.max(*t + Duration::from_micros(us.parse().unwrap()));
+            extends += 1;
+        }
+    }
+    assert!(m[ready_i].0 <= deadline, "start deadline ran out before READY=1: {m:?}");
+    assert!(extends >= 1, "{m:?}");
+    // ExecStop=vigil down: the watch ends in order, exit 0
+    let mut dn = v(&d.0);
+    dn.args(["down", "sd"]);
+    assert_eq!(run_bounded(dn, T).status.code(), Some(0));
+    let st = wait_bounded(&mut child, T);
+    let rest: Vec<serde_json::Value> = events.collect();
+    assert_eq!(st.code(), Some(0), "{rest:?}");
+    assert!(rest.iter().any(|j| j["event"] == "stopped" && j["requested"] == true), "{rest:?}");
+    let m = msgs.lock().unwrap().clone();
+    assert!(m[ready_i..].iter().any(|(_, x)| x.starts_with("STOPPING=1")), "no STOPPING=1: {m:?}");
+    assert!(!m[ready_i..].iter().any(|(_, x)| x.contains("unhealthy") || x.contains("crashed")), "{m:?}");
+}
+
+/// The unit documented in docs/systemd.md, with the vigil under test as its binary, passes
+/// `systemd-analyze verify` without a single warning (it exits 0 even with warnings: its output decides).
+#[test]
+fn e2e_systemd_unit_verifies() {
+    let Some(sa) = tool("/usr/bin/systemd-analyze", "systemd") else { return };
+    let d = TempDir::new("unit");
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/systemd.md")).unwrap();
+    let unit = doc.split("```ini\n").nth(1).and_then(|s| s.split("```").next()).expect("no ini block");
+    assert!(unit.contains("RestartPreventExitStatus=10") && unit.contains("Wants=network-online.target"));
+    let unit = unit.replace("/usr/local/bin/vigil", &vigil_bin().display().to_string());
+    let p = d.path("vigil-doc.service");
+    std::fs::write(&p, unit).unwrap();
+    let mut c = Command::new(sa);
+    c.args(["verify", "--man=no"]).arg(&p).env("SYSTEMD_LOG_LEVEL", "warning");
+    let o = run_bounded(c, T);
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}");
+    let ours: Vec<&str> = out.lines().filter(|l| l.contains("vigil-doc.service") || l.contains("vigil")).collect();
+    assert!(ours.is_empty(), "systemd-analyze verify warns: {out}");
+}
+
+/// `vigil probe --log` on a 2 GiB log (sparse, with real log lines at its end) reads only its end: it answers
+/// within --timeout and 32 MiB of peak RSS.
+#[test]
+fn e2e_probe_log_2gib_bounded() {
+    let d = TempDir::new("biglog");
+    let p = d.path("server.log");
+    {
+        let f = std::fs::File::create(&p).unwrap();
+        let tail: String = (0..100_000)
+            .map(|i| format!("srv  log_server_r: request: GET /health 127.0.0.1 200 ({i})\n"))
+            .collect::<String>()
+            + "main: model loaded\nmain: server is listening on http://127.0.0.1:8080 - starting the main loop\n";
+        f.set_len((2u64 << 30) - tail.len() as u64).unwrap();
+        use std::io::Seek;
+        let mut f = f;
+        f.seek(std::io::SeekFrom::End(0)).unwrap();
+        f.write_all(tail.as_bytes()).unwrap();
+    }
+    assert!(std::fs::metadata(&p).unwrap().len() >= 2 << 30);
+    let mut c = v(&d.0);
+    c.args(["probe", "--server", "llama-cpp", "--log"]).arg(&p).args(["--timeout", "10s"]);
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+    let t0 = Instant::now();
+    let mut child = c.spawn().unwrap();
+    let (st, rss_kib) = wait_rusage(&mut child, Duration::from_secs(30));
+    let took = t0.elapsed();
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    eprintln!("probe --log on 2 GiB: {} ms, peak RSS {:.1} MiB", took.as_millis(), rss_kib as f64 / 1024.0);
+    assert_eq!(st.code(), Some(0), "{out}");
+    assert!(out.starts_with("ready: the log shows the ready marker"), "{out}");
+    assert!(took < Duration::from_secs(10), "outside --timeout: {took:?}");
+    assert!(rss_kib < 32 * 1024, "peak RSS {rss_kib} KiB");
+}
+
+/// `status` tells the last verdict vigil reached: a stalled startup (a model on a FIFO, --stall 1s) is
+/// `stalled`, not the `starting` its log alone suggests.
+#[test]
+fn e2e_status_says_stalled() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("stalledstatus");
+    let fifo = fifo_model(&d);
+    let mut a = cmd(&e, free_port(), &[]);
+    a[2] = fifo.display().to_string();
+    let mut c = v(&d.0);
+    c.args(["up", "--name", "st", "--no-check", "--stall", "1s", "--"]).args(&a);
+    assert_eq!(run_bounded(c, T).status.code(), Some(4));
+    let mut s = v(&d.0);
+    s.args(["status", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&run_bounded(s, T).stdout).unwrap();
+    assert_eq!(rows[0]["state"], "stalled", "{rows}");
+    down(&d.0, "st");
+    let mut s = v(&d.0);
+    s.args(["status", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&run_bounded(s, T).stdout).unwrap();
+    assert!(rows[0]["state"].as_str().unwrap().starts_with("stalled (exited"), "{rows}");
 }

@@ -32,6 +32,9 @@ pub struct Finding {
     /// treats the error as a warning and launches (the safety valve: a false refusal is the worst bug).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confirmed: Option<&'static str>,
+    /// The numbers behind a finding, for `--json` (the fit estimate's `weights_gib_per_gpu`, `kv_tokens`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
 }
 
 /// Evidence for the errors that `vigil up` may refuse a launch on. Every other error is advisory until
@@ -58,7 +61,14 @@ pub struct Report {
 
 impl Report {
     pub fn add(&mut self, severity: Severity, rule: &str, message: impl Into<String>, fix: Option<String>) {
-        self.findings.push(Finding { severity, rule: rule.into(), message: message.into(), fix, confirmed: None });
+        self.findings.push(Finding {
+            severity,
+            rule: rule.into(),
+            message: message.into(),
+            fix,
+            confirmed: None,
+            data: None,
+        });
     }
     /// An error the server is known to refuse (see [`evidence`]): the only kind `vigil up` stops on.
     pub fn add_confirmed(&mut self, rule: &str, message: impl Into<String>, fix: Option<String>, by: &'static str) {
@@ -68,6 +78,7 @@ impl Report {
             message: message.into(),
             fix,
             confirmed: Some(by),
+            data: None,
         });
     }
     pub fn errors(&self) -> usize {
@@ -277,7 +288,7 @@ fn hf_cache_dirs() -> Vec<PathBuf> {
 }
 
 /// Why a model argument resolved to no local directory.
-enum Unresolved {
+pub(crate) enum Unresolved {
     /// A path (absolute or `./`, `../`, `~`) that does not exist: every server stops at load.
     Missing(String),
     /// A name that may be a Hugging Face id not (yet) in the local cache: the server downloads it
@@ -286,7 +297,7 @@ enum Unresolved {
 }
 
 /// A model argument → a local directory: the path itself, or the newest snapshot in the HF cache.
-fn resolve_model(m: &str, cwd: &Path) -> Result<(PathBuf, Option<PathBuf>), Unresolved> {
+pub(crate) fn resolve_model(m: &str, cwd: &Path) -> Result<(PathBuf, Option<PathBuf>), Unresolved> {
     let p = cwd.join(m);
     if p.exists() {
         return Ok((p, None));
@@ -350,7 +361,7 @@ fn env_true(v: &str) -> bool {
 /// fill memory).
 const MAX_CONFIG_BYTES: u64 = 4 << 20;
 
-fn load_config(dir: &Path) -> Result<Config, String> {
+pub(crate) fn load_config(dir: &Path) -> Result<Config, String> {
     if dir.is_file() {
         return Err(format!("{} is a file, not a model directory with config.json", dir.display()));
     }
@@ -486,6 +497,8 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
         Some("llama-cpp") => check_gguf(inp, &l, &mut rep),
         _ => {}
     }
+    // Will it fit? (issue #13 item 5; warnings at most: crates/vigil/src/fit.rs).
+    crate::fit::add_findings(inp, &l, server.as_deref(), &mut rep);
     if inp.local_machine {
         check_env(inp, &l, server.as_deref(), profiles, &mut rep);
     }

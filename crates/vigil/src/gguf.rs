@@ -14,6 +14,22 @@ pub struct GgufInfo {
     pub vocab_size: Option<u64>,
     /// The size the tensor table requires, when every tensor type is known.
     pub expected_size: Option<u64>,
+    /// `{arch}.block_count`, `.attention.head_count`, `.attention.head_count_kv` (None when per-layer),
+    /// `.embedding_length`, `.attention.key_length`, `.attention.value_length`, `.attention.sliding_window`:
+    /// what llama.cpp sizes its KV cache from (`llama_hparams::n_embd_k_gqa`), read for the fit estimate.
+    pub block_count: Option<u64>,
+    pub head_count: Option<u64>,
+    pub head_count_kv: Option<u64>,
+    pub embedding_length: Option<u64>,
+    pub key_length: Option<u64>,
+    pub value_length: Option<u64>,
+    pub sliding_window: Option<u64>,
+    /// Bytes of `token_embd.weight` (kept on the CPU by llama.cpp), `output.weight`, and of each `blk.N.*`
+    /// block, from the tensor table (types vigil knows only; None when any is unknown).
+    pub token_embd_bytes: u64,
+    pub output_bytes: u64,
+    pub block_bytes: Vec<u64>,
+    pub tensor_bytes_known: bool,
 }
 
 #[derive(Debug)]
@@ -144,6 +160,36 @@ fn type_size(t: u32) -> Option<(u64, u64)> {
     })
 }
 
+/// The hyperparameter keys read for the fit estimate (suffixes of `{arch}.`).
+const HPARAMS: &[&str] = &[
+    ".block_count",
+    ".attention.head_count",
+    ".attention.head_count_kv",
+    ".embedding_length",
+    ".attention.key_length",
+    ".attention.value_length",
+    ".attention.sliding_window",
+];
+
+/// Sorts one tensor's bytes into the embedding, the output head or its `blk.N.` block (at most 4096
+/// blocks: a bogus index is counted nowhere rather than allocating).
+fn add_tensor_bytes(info: &mut GgufInfo, name: &str, bytes: u64) {
+    if name == "token_embd.weight" {
+        info.token_embd_bytes = info.token_embd_bytes.saturating_add(bytes);
+    } else if name == "output.weight" {
+        info.output_bytes = info.output_bytes.saturating_add(bytes);
+    } else if let Some(i) =
+        name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse::<usize>().ok())
+    {
+        if i < 4096 {
+            if info.block_bytes.len() <= i {
+                info.block_bytes.resize(i + 1, 0);
+            }
+            info.block_bytes[i] = info.block_bytes[i].saturating_add(bytes);
+        }
+    }
+}
+
 pub fn read(path: &Path) -> Result<GgufInfo, GgufError> {
     let f = std::fs::File::open(path).map_err(|e| GgufError::Io(format!("{}: {e}", path.display())))?;
     let size = f.metadata().map_err(|e| GgufError::Io(e.to_string()))?.len();
@@ -169,6 +215,7 @@ pub fn read(path: &Path) -> Result<GgufInfo, GgufError> {
     }
     let mut alignment = 32u64;
     let mut ctx_keys: Vec<(String, u64)> = Vec::new();
+    let mut hp_keys: Vec<(String, u64)> = Vec::new();
     for _ in 0..n_kv {
         let key = r.string()?;
         let t = r.u32()?;
@@ -179,16 +226,28 @@ pub fn read(path: &Path) -> Result<GgufInfo, GgufError> {
             ("tokenizer.ggml.model", Val::Str(s)) => info.tokenizer_model = Some(s),
             ("tokenizer.ggml.tokens", Val::ArrLen(n)) => info.vocab_size = Some(n),
             (k, Val::Int(n)) if k.ends_with(".context_length") => ctx_keys.push((k.to_string(), n)),
+            (k, Val::Int(n)) if HPARAMS.iter().any(|h| k.ends_with(h)) && hp_keys.len() < 64 => {
+                hp_keys.push((k.to_string(), n))
+            }
             _ => {}
         }
     }
     if let Some(a) = &info.architecture {
         info.context_length = ctx_keys.iter().find(|(k, _)| *k == format!("{a}.context_length")).map(|x| x.1);
+        let hp = |suffix: &str| hp_keys.iter().find(|(k, _)| *k == format!("{a}{suffix}")).map(|x| x.1);
+        info.block_count = hp(".block_count");
+        info.head_count = hp(".attention.head_count");
+        info.head_count_kv = hp(".attention.head_count_kv");
+        info.embedding_length = hp(".embedding_length");
+        info.key_length = hp(".attention.key_length");
+        info.value_length = hp(".attention.value_length");
+        info.sliding_window = hp(".attention.sliding_window");
     }
+    info.tensor_bytes_known = true;
     let mut end = 0u64;
     let mut known = true;
     for _ in 0..n_tensors {
-        r.string()?;
+        let name = r.string()?;
         let nd = r.u32()?;
         if nd > 8 {
             return Err(GgufError::NotGguf(format!("implausible tensor rank {nd}")));
@@ -200,8 +259,15 @@ pub fn read(path: &Path) -> Result<GgufInfo, GgufError> {
         let t = r.u32()?;
         let off = r.u64()?;
         match type_size(t) {
-            Some((be, bb)) => end = end.max(off.saturating_add(elems.div_ceil(be).saturating_mul(bb))),
-            None => known = false,
+            Some((be, bb)) => {
+                let bytes = elems.div_ceil(be).saturating_mul(bb);
+                end = end.max(off.saturating_add(bytes));
+                add_tensor_bytes(&mut info, &name, bytes);
+            }
+            None => {
+                known = false;
+                info.tensor_bytes_known = false;
+            }
         }
     }
     let data_start = r.pos.div_ceil(alignment) * alignment;

@@ -4,6 +4,7 @@ mod check;
 mod cli;
 mod diagnose;
 mod exit;
+mod fit;
 mod follow;
 mod gguf;
 mod gpu;
@@ -263,6 +264,10 @@ enum Cmd {
         /// Server kind (default: detected from the command line).
         #[arg(long, value_name = "KIND")]
         server: Option<String>,
+        /// Memory of each GPU for the fit estimate (80g, 141GiB, 81559m), for a node vigil cannot see;
+        /// default: the smallest GPU NVML or nvidia-smi shows here.
+        #[arg(long, value_name = "SIZE", value_parser = parse_gpu_mem)]
+        gpu_mem: Option<u64>,
         /// The server command, after --, as you would launch it (nothing is run).
         #[arg(last = true, required = true, value_name = "CMD")]
         cmd: Vec<String>,
@@ -756,8 +761,11 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             let k = kprobe::Args { name, url, log, generate, timeout, server, tls: tls.into() };
             runtime()?.block_on(kprobe::run(k, &profiles))
         }
-        Cmd::Check { json, server, cmd } => {
+        Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
+            if let Some(b) = gpu_mem {
+                fit::set_gpu_mem(b);
+            }
             interruptible(move || check::run(cmd, server, json, &profiles))
         }
         Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
@@ -809,10 +817,18 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
         Cmd::Status { json } => rt.block_on(hosts::status(hs, json, profiles)),
         Cmd::Logs { name, follow, lines } => rt.block_on(hosts::logs(hs, name, follow, lines)),
         Cmd::Ps { json } => rt.block_on(hosts::ps(hs, json)),
-        Cmd::Check { json, server, cmd } => {
+        Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
+            if let Some(b) = gpu_mem {
+                fit::set_gpu_mem(b);
+            }
             rt.block_on(hosts::check(hs, cmd, server, json, profiles))
         }
         _ => Err(CliError::usage("--host/--hosts work with up, wait, status, logs, down, ps and check")),
     }
+}
+
+/// `check --gpu-mem SIZE` (crates/vigil/src/fit.rs `parse_size`).
+fn parse_gpu_mem(s: &str) -> Result<u64, String> {
+    fit::parse_size(s).ok_or_else(|| format!("not a size: '{s}' (say 80g, 141GiB or 81559m)"))
 }

@@ -928,6 +928,18 @@ fn check_gguf(inp: &Inputs, l: &Launch, rep: &mut Report) {
         }
     }
     let Some(d) = &l.draft else { return };
+    if l.spec_type.is_none() && inp.local_machine {
+        if let Some(default) = llama_spec_type_default(&l.program) {
+            if default == "none" {
+                rep.add(
+                    Severity::Warning,
+                    "spec-type",
+                    format!("-md {d} without --spec-type: this llama-server build defaults --spec-type to none (its --help says so), so it loads the draft and does NO speculative decoding"),
+                    Some("add --spec-type draft-simple (or the type your draft is for)".into()),
+                );
+            }
+        }
+    }
     let Some(di) = gguf_finding(&inp.cwd.join(d), rep) else {
         return;
     };
@@ -944,6 +956,19 @@ fn check_gguf(inp: &Inputs, l: &Launch, rep: &mut Report) {
             Some("use a draft with the target's tokenizer".into()),
         );
     }
+}
+
+/// The default of `--spec-type` as this llama-server build's `--help` states it (`None`: the build has
+/// no `--spec-type`, or the help could not be read within 5 s). Builds from mid-2026 default to `none`.
+fn llama_spec_type_default(program: &str) -> Option<String> {
+    let mut c = std::process::Command::new(program);
+    c.arg("--help").stdin(std::process::Stdio::null());
+    let o = procs::output_within(c, std::time::Duration::from_secs(5)).ok()?;
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let i = text.find("--spec-type")?;
+    let tail: String = text[i..].chars().take(800).filter(|c| !c.is_whitespace()).collect();
+    let j = tail.find("(default:")? + "(default:".len();
+    Some(tail[j..].split(')').next()?.to_string())
 }
 
 fn shm_bytes() -> Option<u64> {

@@ -12,6 +12,8 @@ use std::path::Path;
 /// What the command line says.
 #[derive(Debug, Default)]
 pub struct Launch {
+    /// The program (llama-server: asked for its `--help`).
+    pub program: String,
     pub model: Option<String>,
     pub draft: Option<String>,
     pub spec_algo: Option<String>,
@@ -215,7 +217,14 @@ pub fn parse(
     cwd: Option<&Path>,
     version: Option<&str>,
 ) -> Result<Launch, CliError> {
-    let mut l = Launch { tp: 1, dp: 1, pp: 1, nnodes: 1, ..Launch::default() };
+    let mut l = Launch {
+        program: argv.first().cloned().unwrap_or_default(),
+        tp: 1,
+        dp: 1,
+        pp: 1,
+        nnodes: 1,
+        ..Launch::default()
+    };
     let mut argv: Vec<String> = if server == Some("vllm") { dashed(argv) } else { argv.to_vec() };
     if matches!(server, Some("sglang") | Some("vllm")) {
         if let Some(c) = arg_value(&argv, "--config").map(String::from) {

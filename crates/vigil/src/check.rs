@@ -3,11 +3,16 @@
 //! Hugging Face cache, never the network), GGUF headers, the installed server version (package
 //! metadata, never an import) and the machine (ports, GPUs, /dev/shm, disk, ulimit, NCCL_*).
 
+mod derive;
+#[cfg(test)]
+mod golden;
+mod launch;
+
 use crate::cli::CliError;
-use crate::follow::arg_value;
 use crate::gguf;
 use crate::procs;
 use crate::report::out_line;
+pub(crate) use derive::Srv;
 use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -50,6 +55,19 @@ pub mod evidence {
         "SGLang >= 0.5.1 raises in ModelConfig (sglang/srt/configs/model_config.py), installed version read";
     /// A local model path (not a Hugging Face id) that does not exist: every server stops at load.
     pub const MISSING_LOCAL_PATH: &str = "a local path that does not exist: every server stops at load";
+    /// `tests/golden/check-golden.jsonl` `#over#` rows: the server's ModelConfig raises on a length flag
+    /// above the derived length without the allow variable (SGLang 0.5.11-0.5.23, vLLM 0.29-0.33).
+    pub const GOLDEN_LENGTH: &str =
+        "golden table: the server's own ModelConfig refuses this length (tests/golden, #over# rows)";
+    /// Golden `#derive` rows: the config does not load (not an integer length, unknown model_type).
+    pub const GOLDEN_CONFIG_LOAD: &str =
+        "golden table: the server's own config loading refuses this config (tests/golden, #derive rows)";
+    /// Golden `#parse#`/`#mc#` rows: SGLang's argparse refuses `--context-length 32K`.
+    pub const GOLDEN_SGLANG_PARSE: &str =
+        "golden table: SGLang's argparse refuses this --context-length (tests/golden, #parse# rows)";
+    /// Golden `#tp#` rows: vLLM `ModelConfig.verify_with_parallel_config`.
+    pub const GOLDEN_VLLM_TP: &str =
+        "golden table: vLLM's verify_with_parallel_config refuses this TP (tests/golden, #tp# rows)";
 }
 
 #[derive(Default)]
@@ -57,6 +75,10 @@ pub struct Report {
     pub server: Option<String>,
     pub version: Option<String>,
     pub findings: Vec<Finding>,
+    /// The context length the server will run with (the length flag, else the derived length).
+    pub context: Option<u64>,
+    /// The draft's derived context length, when a draft model is read.
+    pub draft_context: Option<u64>,
 }
 
 impl Report {
@@ -93,184 +115,65 @@ impl Report {
     }
 }
 
-/// A model config read from disk.
+/// A model config read from disk (with the command line's overrides applied).
 pub struct Config {
     pub path: PathBuf,
     pub json: Value,
 }
 
 impl Config {
-    /// The text config SGLang uses (`get_hf_text_config`): `text_config`, else `language_config`, else the config.
-    fn text(&self) -> &Value {
-        let j = &self.json;
-        if j.get("text_config").is_some_and(|t| t.is_object()) {
-            &j["text_config"]
-        } else if j.get("language_config").is_some_and(|t| t.is_object()) {
-            &j["language_config"]
-        } else {
-            j
-        }
+    fn obj(&self) -> &serde_json::Map<String, Value> {
+        static EMPTY: std::sync::OnceLock<serde_json::Map<String, Value>> = std::sync::OnceLock::new();
+        self.json.as_object().unwrap_or_else(|| EMPTY.get_or_init(serde_json::Map::new))
     }
-    fn u64(&self, k: &str) -> Option<u64> {
-        self.text().get(k).and_then(|v| v.as_u64()).or_else(|| self.json.get(k).and_then(|v| v.as_u64()))
+    /// A number from the text config the server reads, else from the top level.
+    fn u64(&self, srv: Srv, k: &str) -> Option<u64> {
+        let t = derive::text_config(srv, self.obj());
+        t.get(k).and_then(|v| v.as_u64()).or_else(|| self.json.get(k).and_then(|v| v.as_u64()))
     }
     fn arch(&self) -> String {
         self.json["architectures"][0].as_str().unwrap_or("?").to_string()
     }
-}
-
-/// A derived context length and how it was derived (for the message).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ctx {
-    pub value: u64,
-    pub how: String,
-}
-
-/// SGLang `hf_transformers_utils.get_context_length(get_hf_text_config(config))`: the first of
-/// max_sequence_length, seq_length, max_seq_len, model_max_length, max_position_embeddings; times the
-/// rope-scaling factor, except when the scaling names `original_max_position_embeddings` or is
-/// `rope_type: llama3`; 2048 when none is set.
-pub fn sglang_context(c: &Config) -> Ctx {
-    let t = c.text();
-    let rs = t.get("rope_scaling").filter(|r| r.is_object() && !r.as_object().unwrap().is_empty());
-    let (factor, why) = match rs {
-        None => (1.0, String::new()),
-        Some(r) => {
-            let f = r.get("factor").and_then(|f| f.as_f64()).unwrap_or(1.0);
-            if r.get("original_max_position_embeddings").is_some() {
-                (1.0, ", rope_scaling factor not applied (it has original_max_position_embeddings)".to_string())
-            } else if r.get("rope_type").and_then(|x| x.as_str()) == Some("llama3") {
-                (1.0, ", rope_scaling factor not applied (rope_type llama3)".to_string())
-            } else {
-                (f, format!(" × rope_scaling factor {f}"))
-            }
-        }
-    };
-    for k in ["max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings"] {
-        if let Some(v) = t.get(k).and_then(|v| v.as_f64()) {
-            return Ctx { value: (factor * v) as u64, how: format!("{} {k} = {}{why}", c.path.display(), v as u64) };
+    fn path_str(&self) -> String {
+        self.path.display().to_string()
+    }
+    /// The context length `srv` derives (version-keyed).
+    pub fn context(&self, srv: Srv, version: Option<&str>) -> Ctx {
+        match srv {
+            Srv::Sglang => derive::sglang_context(self.obj(), &self.path_str()),
+            Srv::Vllm => derive::vllm_context(self.obj(), &self.path_str(), version),
         }
     }
-    Ctx { value: 2048, how: format!("{}: no length key, SGLang's default 2048", c.path.display()) }
-}
-
-/// vLLM `_get_and_verify_max_len` (as recalled from vllm/config: the minimum of the length keys present,
-/// rope scaling applied except for su/longrope/llama3; YaRN from original_max_position_embeddings).
-pub fn vllm_context(c: &Config) -> Ctx {
-    let t = c.text();
-    let keys = [
-        "max_position_embeddings",
-        "n_positions",
-        "max_seq_len",
-        "seq_length",
-        "model_max_length",
-        "max_sequence_length",
-        "max_seq_length",
-        "seq_len",
-    ];
-    let mut best: Option<(u64, &str)> = None;
-    for k in keys {
-        if let Some(v) = t.get(k).and_then(|v| v.as_u64()) {
-            if best.is_none_or(|(b, _)| v < b) {
-                best = Some((v, k));
-            }
-        }
-    }
-    let Some((mut v, key)) = best else {
-        return Ctx { value: 2048, how: format!("{}: no length key, vLLM's default 2048", c.path.display()) };
-    };
-    let mut how = format!("{} {key} = {v}", c.path.display());
-    if let Some(r) = t.get("rope_scaling").filter(|r| r.is_object()) {
-        let ty = r.get("rope_type").or_else(|| r.get("type")).and_then(|x| x.as_str()).unwrap_or("");
-        if !matches!(ty, "su" | "longrope" | "llama3") {
-            if let Some(f) = r.get("factor").and_then(|f| f.as_f64()) {
-                if ty == "yarn" {
-                    if let Some(o) = r.get("original_max_position_embeddings").and_then(|o| o.as_u64()) {
-                        v = o;
-                        how = format!("{} original_max_position_embeddings = {o}", c.path.display());
+    /// SGLang `--json-model-override-args` (`config.update(...)`: top-level keys) and vLLM `--hf-overrides`
+    /// (nested dicts update the sub-config): applied before anything is derived.
+    fn apply_overrides(&mut self, srv: Srv, o: &Value) {
+        fn merge(dst: &mut Value, src: &Value, deep: bool) {
+            match (dst.as_object_mut(), src.as_object()) {
+                (Some(d), Some(s)) => {
+                    for (k, v) in s {
+                        match d.get_mut(k) {
+                            Some(dv) if deep && dv.is_object() && v.is_object() => merge(dv, v, deep),
+                            _ => {
+                                d.insert(k.clone(), v.clone());
+                            }
+                        }
                     }
                 }
-                v = (v as f64 * f) as u64;
-                how.push_str(&format!(" × rope_scaling factor {f}"));
+                _ => *dst = src.clone(),
             }
         }
+        if o.is_object() && self.json.is_object() {
+            merge(&mut self.json, o, srv == Srv::Vllm);
+        }
     }
-    Ctx { value: v, how }
 }
 
-/// What the command line says.
-#[derive(Debug, Default)]
-pub struct Launch {
-    pub program: String,
-    pub model: Option<String>,
-    pub draft: Option<String>,
-    pub spec_algo: Option<String>,
-    pub spec_config: Option<Value>,
-    pub context_length: Option<u64>,
-    pub max_model_len: Option<u64>,
-    pub tp: u64,
-    pub dp: u64,
-    pub pp: u64,
-    pub port: Option<u16>,
-    pub mem_fraction: Option<f64>,
-}
+pub use derive::Ctx;
+pub use launch::Launch;
 
-fn first<'a>(argv: &'a [String], flags: &[&str]) -> Option<&'a str> {
-    flags.iter().find_map(|f| arg_value(argv, f))
-}
-
+/// The command line without reading a `--config` file (the remote path: the file is on the node).
 pub fn parse_launch(argv: &[String], server: Option<&str>) -> Result<Launch, CliError> {
-    let mut l = Launch { program: argv.first().cloned().unwrap_or_default(), tp: 1, dp: 1, pp: 1, ..Launch::default() };
-    let num = |f: &[&str]| -> Result<Option<u64>, CliError> {
-        match first(argv, f) {
-            None => Ok(None),
-            Some(v) => {
-                v.parse::<u64>().map(Some).map_err(|_| CliError::usage(format!("{}: not a number: '{v}'", f[0])))
-            }
-        }
-    };
-    match server {
-        Some("sglang") => {
-            l.model = first(argv, &["--model-path", "--model"]).map(String::from);
-            l.draft = first(argv, &["--speculative-draft-model-path", "--speculative-draft-model"]).map(String::from);
-            l.spec_algo = first(argv, &["--speculative-algorithm"]).map(|s| s.to_ascii_uppercase());
-            l.context_length = num(&["--context-length"])?;
-            l.tp = num(&["--tp", "--tp-size", "--tensor-parallel-size"])?.unwrap_or(1);
-            l.dp = num(&["--dp", "--dp-size", "--data-parallel-size"])?.unwrap_or(1);
-            l.pp = num(&["--pp", "--pp-size", "--pipeline-parallel-size"])?.unwrap_or(1);
-            l.mem_fraction = first(argv, &["--mem-fraction-static"]).and_then(|v| v.parse().ok());
-        }
-        Some("vllm") => {
-            // `vllm serve MODEL` or --model
-            l.model = first(argv, &["--model"]).map(String::from).or_else(|| {
-                argv.iter()
-                    .position(|a| a == "serve")
-                    .and_then(|i| argv.get(i + 1))
-                    .filter(|m| !m.starts_with('-'))
-                    .cloned()
-            });
-            l.max_model_len = num(&["--max-model-len"])?;
-            l.tp = num(&["-tp", "--tensor-parallel-size"])?.unwrap_or(1);
-            l.pp = num(&["-pp", "--pipeline-parallel-size"])?.unwrap_or(1);
-            l.dp = num(&["-dp", "--data-parallel-size"])?.unwrap_or(1);
-            l.mem_fraction = first(argv, &["--gpu-memory-utilization"]).and_then(|v| v.parse().ok());
-            if let Some(sc) = first(argv, &["--speculative-config", "--speculative_config"]) {
-                let v: Value = serde_json::from_str(sc)
-                    .map_err(|e| CliError::usage(format!("--speculative-config is not valid JSON: {e}")))?;
-                l.draft = v.get("model").and_then(|m| m.as_str()).map(String::from);
-                l.spec_algo = v.get("method").and_then(|m| m.as_str()).map(|s| s.to_ascii_uppercase());
-                l.spec_config = Some(v);
-            }
-        }
-        Some("llama-cpp") => {
-            l.model = first(argv, &["-m", "--model"]).map(String::from);
-            l.draft = first(argv, &["-md", "--model-draft", "--spec-draft-model"]).map(String::from);
-            l.context_length = num(&["-c", "--ctx-size"])?;
-        }
-        _ => {}
-    }
-    l.port = first(argv, &["--port"]).and_then(|p| p.parse().ok());
-    Ok(l)
+    launch::parse(argv, server, None, None)
 }
 
 fn hf_cache_dirs() -> Vec<PathBuf> {
@@ -296,7 +199,23 @@ pub(crate) enum Unresolved {
     NotCached(String),
 }
 
-/// A model argument → a local directory: the path itself, or the newest snapshot in the HF cache.
+/// The snapshot a Hugging Face cache repository serves: the commit `refs/main` names (what
+/// `from_pretrained` loads), else, with no `refs/main`, the newest snapshot by mtime.
+pub(crate) fn hf_snapshot(repo: &Path) -> Option<PathBuf> {
+    let snaps = repo.join("snapshots");
+    if let Ok(b) = procs::read_small(&repo.join("refs/main"), 256) {
+        let c = String::from_utf8_lossy(&b).trim().to_string();
+        if !c.is_empty() && !c.contains('/') && snaps.join(&c).is_dir() {
+            return Some(snaps.join(c));
+        }
+    }
+    let rd = std::fs::read_dir(&snaps).ok()?;
+    let mut s: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    s.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+    s.pop()
+}
+
+/// A model argument → a local directory: the path itself, or the `refs/main` snapshot in the HF cache.
 pub(crate) fn resolve_model(m: &str, cwd: &Path) -> Result<(PathBuf, Option<PathBuf>), Unresolved> {
     let p = cwd.join(m);
     if p.exists() {
@@ -307,13 +226,8 @@ pub(crate) fn resolve_model(m: &str, cwd: &Path) -> Result<(PathBuf, Option<Path
         let name = format!("models--{}", m.replace('/', "--"));
         for c in hf_cache_dirs() {
             let repo = c.join(&name);
-            let snaps = repo.join("snapshots");
-            if let Ok(rd) = std::fs::read_dir(&snaps) {
-                let mut s: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-                s.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-                if let Some(last) = s.pop() {
-                    return Ok((last, Some(repo)));
-                }
+            if let Some(snap) = hf_snapshot(&repo) {
+                return Ok((snap, Some(repo)));
             }
         }
         return Err(Unresolved::NotCached(format!(
@@ -331,7 +245,7 @@ fn report_unresolved(u: Unresolved, rule: &str, env: &[(String, String)], rep: &
         Unresolved::Missing(m) => rep.add_confirmed(rule, m, None, evidence::MISSING_LOCAL_PATH),
         Unresolved::NotCached(m) => {
             let offline =
-                ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"].iter().find(|k| env_get(env, k).is_some_and(env_true));
+                ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"].iter().find(|k| env_get(env, k).is_some_and(hf_true));
             match offline {
                 Some(k) => rep.add(
                     Severity::Error,
@@ -350,11 +264,9 @@ fn report_unresolved(u: Unresolved, rule: &str, env: &[(String, String)], rep: &
     }
 }
 
-/// A boolean environment value as the servers read them. vLLM's `envs.py` takes `1` and `true`; SGLang's
-/// `get_bool_env_var` takes `true` and `1`, and recent releases also `yes` and `y` (case-insensitive). The
-/// widest set is taken: reading a value as "set" can only turn an error into a warning, never refuse.
-fn env_true(v: &str) -> bool {
-    matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "y")
+/// `HF_HUB_OFFLINE` / `TRANSFORMERS_OFFLINE` as huggingface_hub reads them (`1`, `on`, `yes`, `true`).
+fn hf_true(v: &str) -> bool {
+    matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true")
 }
 
 /// The largest config file read (a real config.json is a few KiB; a FIFO or /dev/zero must not hang or
@@ -434,13 +346,6 @@ pub fn package_version(interp: &Path, pkg: &str) -> Option<String> {
     None
 }
 
-fn version_tuple(v: &str) -> Vec<u64> {
-    v.split(['.', '+', '-', 'r', 'p'])
-        .take(3)
-        .map(|x| x.chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().unwrap_or(0))
-        .collect()
-}
-
 pub struct Inputs<'a> {
     pub argv: &'a [String],
     pub server: Option<String>,
@@ -449,17 +354,66 @@ pub struct Inputs<'a> {
     /// Check this machine too (ports, GPUs, /dev/shm, disk, the interpreter's packages); off when
     /// the server runs elsewhere (`check --host`: the model files are a local mirror).
     pub local_machine: bool,
+    /// The installed server version when the caller knows it (the golden-table test); `None`: read
+    /// from the package metadata beside the interpreter (on this machine only).
+    pub version: Option<String>,
 }
 
 fn env_get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
     env.iter().find(|(ek, _)| ek == k).map(|(_, v)| v.as_str())
 }
 
+/// An allow-longer variable as `srv` (in the installed version) reads it; a note when versions differ.
+fn allow_var(inp: &Inputs, srv: Srv, version: Option<&str>, rep: &mut Report) -> bool {
+    let var = match srv {
+        Srv::Sglang => "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+        Srv::Vllm => "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    };
+    let Some(v) = env_get(inp.env, var) else { return false };
+    let (set, note) = derive::env_true(srv, version, v);
+    if let Some(n) = note {
+        rep.add(
+            Severity::Warning,
+            "env",
+            format!("{var}={v}: {n}"),
+            Some(format!("set {var}=1 (every version reads it)")),
+        );
+    } else if !set && !matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "") {
+        rep.add(
+            Severity::Warning,
+            "env",
+            format!(
+                "{var}={v} is not read as set by {} (it takes {})",
+                srv.name(),
+                match srv {
+                    Srv::Vllm => "1 or true",
+                    Srv::Sglang => "1, true, yes or y",
+                }
+            ),
+            Some(format!("set {var}=1")),
+        );
+    }
+    set
+}
+
+/// An error the golden table shows this server version refusing: confirmed with `by` when the installed
+/// version is known and inside the table's range, else an unconfirmed error (`ERROR?`, `up` launches).
+fn add_refusal(rep: &mut Report, srv: Srv, rule: &str, msg: String, fix: Option<String>, by: &'static str) {
+    if derive::in_golden_range(srv, rep.version.as_deref()) {
+        rep.add_confirmed(rule, msg, fix, by);
+    } else {
+        let why = match rep.version.as_deref() {
+            Some(v) => format!(" ({} {v} is outside the golden table's versions: not confirmed)", srv.name()),
+            None => format!(" ({} version unknown: not confirmed)", srv.name()),
+        };
+        rep.add(Severity::Error, rule, format!("{msg}{why}"), fix);
+    }
+}
+
 pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, CliError> {
     let mut rep = Report::default();
     let server = inp.server.clone().or_else(|| profiles.detect_cmd(inp.argv).map(String::from));
     rep.server = server.clone();
-    let l = parse_launch(inp.argv, server.as_deref())?;
     if server.is_none() {
         rep.add(
             Severity::Info,
@@ -469,19 +423,25 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
         );
     }
     let path_env = env_get(inp.env, "PATH").unwrap_or("/usr/bin:/bin").to_string();
-    // Server version from package metadata.
+    let program = inp.argv.first().cloned().unwrap_or_default();
+    // Server version from package metadata (SGLang and vLLM alike), before the command line is read:
+    // length flags parse per version.
     let pkg = match server.as_deref() {
         Some("sglang") => Some("sglang"),
         Some("vllm") => Some("vllm"),
         _ => None,
     };
-    if let Some(pkg) = pkg.filter(|_| inp.local_machine) {
-        let v = interpreter(&l.program, &path_env).and_then(|i| package_version(&i, pkg));
+    if let Some(pkg) = pkg {
+        let v = match &inp.version {
+            Some(v) => Some(v.clone()),
+            None if inp.local_machine => interpreter(&program, &path_env).and_then(|i| package_version(&i, pkg)),
+            None => None,
+        };
         match &v {
             Some(v) => {
                 rep.add(Severity::Info, "version", format!("{pkg} {v} (from its installed package metadata)"), None)
             }
-            None => rep.add(
+            None if inp.local_machine => rep.add(
                 Severity::Info,
                 "version",
                 format!(
@@ -489,11 +449,17 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
                 ),
                 None,
             ),
+            None => {}
         }
         rep.version = v;
     }
+    let l = launch::parse(inp.argv, server.as_deref(), Some(inp.cwd), rep.version.as_deref())?;
+    for n in &l.notes {
+        rep.add(Severity::Warning, "command", n.clone(), None);
+    }
     match server.as_deref() {
-        Some("sglang") | Some("vllm") => check_hf(inp, &l, &mut rep),
+        Some("sglang") => check_hf(inp, &l, Srv::Sglang, &mut rep),
+        Some("vllm") => check_hf(inp, &l, Srv::Vllm, &mut rep),
         Some("llama-cpp") => check_gguf(inp, &l, &mut rep),
         _ => {}
     }
@@ -505,10 +471,68 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
     Ok(rep)
 }
 
-fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
-    let sglang = rep.server.as_deref() == Some("sglang");
+/// Loads a model config for `srv`: the config (overrides applied), or `None` after reporting why the
+/// server would not load it.
+fn load_for(inp: &Inputs, l: &Launch, srv: Srv, dir: &Path, rule: &str, rep: &mut Report) -> Option<Config> {
+    let mut c = match load_config(dir) {
+        Ok(c) => c,
+        Err(e) => {
+            rep.add(Severity::Error, rule, e, None);
+            return None;
+        }
+    };
+    if let Some(o) = &l.overrides {
+        c.apply_overrides(srv, o);
+    }
+    let _ = inp;
+    match derive::load_refusal(srv, rep.version.as_deref(), c.obj(), l.trust_remote_code) {
+        Ok(None) => {}
+        Ok(Some(note)) => rep.add(Severity::Warning, rule, format!("{}: {note}", c.path.display()), None),
+        Err((m, None)) => {
+            let fix = m.contains("model_type").then(|| {
+                "pass --trust-remote-code if the repository ships its config code, or upgrade the server".to_string()
+            });
+            add_refusal(rep, srv, rule, format!("{}: {m}", c.path.display()), fix, evidence::GOLDEN_CONFIG_LOAD);
+            return None;
+        }
+        Err((m, Some(dep))) => {
+            rep.add(Severity::Warning, rule, format!("{}: {m}; depends on {dep}", c.path.display()), None);
+        }
+    }
+    Some(c)
+}
+
+/// The speculative method and whether it needs a draft model: vLLM's `method` (absent: `ngram` for the
+/// model `ngram`, `eagle`/`eagle3` when the path says so, else `draft_model`); SGLang's algorithm.
+fn spec_method(l: &Launch, srv: Srv) -> Option<(String, bool)> {
+    match srv {
+        Srv::Sglang => {
+            let a = l.spec_algo.clone()?;
+            let needs = !matches!(a.as_str(), "NGRAM" | "NEXTN" | "MTP" | "DEEPSEEK_MTP");
+            Some((a, needs))
+        }
+        Srv::Vllm => {
+            let sc = l.spec_config.as_ref()?;
+            let m = match (&l.spec_algo, sc.get("model").and_then(|m| m.as_str())) {
+                (Some(a), _) => a.to_ascii_lowercase(),
+                (None, Some("ngram" | "[ngram]")) => "ngram".into(),
+                (None, Some(p)) if p.to_ascii_lowercase().contains("eagle-") => "eagle".into(),
+                (None, Some(p)) if p.to_ascii_lowercase().contains("eagle3") => "eagle3".into(),
+                (None, Some(_)) => "draft_model".into(),
+                (None, None) => return None,
+            };
+            let needs = matches!(m.as_str(), "eagle" | "eagle3" | "draft_model" | "medusa" | "mlp_speculator");
+            Some((m.to_ascii_uppercase(), needs))
+        }
+    }
+}
+
+fn check_hf(inp: &Inputs, l: &Launch, srv: Srv, rep: &mut Report) {
+    let sglang = srv == Srv::Sglang;
+    let version = rep.version.clone();
+    let ver = version.as_deref();
     let Some(m) = &l.model else {
-        rep.add(Severity::Error, "model", "no model given (--model-path / vllm serve MODEL)", None);
+        rep.add(Severity::Error, "model", "no model given (--model-path / vllm serve MODEL / --config FILE)", None);
         return;
     };
     let (d, repo) = match resolve_model(m, inp.cwd) {
@@ -519,100 +543,123 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
         check_incomplete_blobs(repo, rep);
     }
     check_shards(&d, rep);
-    let target = match load_config(&d) {
-        Ok(c) => c,
-        Err(e) => {
-            rep.add(Severity::Error, "model", e, None);
-            return;
-        }
-    };
-    let tctx = if sglang { sglang_context(&target) } else { vllm_context(&target) };
+    let Some(target) = load_for(inp, l, srv, &d, "model", rep) else { return };
+    let tctx = target.context(srv, ver);
     rep.add(Severity::Info, "context", format!("target context {} ({})", tctx.value, tctx.how), None);
-    // TP must divide heads.
-    if let Some(h) = target.u64("num_attention_heads") {
+    // TP must divide heads. vLLM checks the attention heads in verify_with_parallel_config (golden
+    // `#tp#`); SGLang has no config-level check (its attention layers fail at load): not confirmed.
+    if let Some(h) = target.u64(srv, "num_attention_heads") {
         if l.tp > 1 && !h.is_multiple_of(l.tp) {
-            rep.add(
-                Severity::Error,
-                "tp-heads",
-                format!("--tp {} does not divide num_attention_heads {h} ({})", l.tp, target.path.display()),
-                Some(format!("use a tensor-parallel size that divides {h}")),
-            );
-        }
-        if let Some(kv) = target.u64("num_key_value_heads") {
+            let fix = Some(format!("use a tensor-parallel size that divides {h}"));
+            if sglang {
+                rep.add(
+                    Severity::Error,
+                    "tp-heads",
+                    format!("--tp {} does not divide num_attention_heads {h} ({}): SGLang has no config-level check and fails when the attention layers are built", l.tp, target.path.display()),
+                    fix,
+                );
+            } else {
+                add_refusal(
+                    rep,
+                    srv,
+                    "tp-heads",
+                    format!("Total number of attention heads ({h}) must be divisible by tensor parallel size ({}): vLLM's own check ({})", l.tp, target.path.display()),
+                    fix,
+                    evidence::GOLDEN_VLLM_TP,
+                );
+            }
+        } else if let Some(kv) = target.u64(srv, "num_key_value_heads").filter(|kv| *kv > 0) {
             if l.tp > 1 && !kv.is_multiple_of(l.tp) && !l.tp.is_multiple_of(kv) {
-                rep.add(Severity::Error, "tp-kv-heads", format!("--tp {} neither divides num_key_value_heads {kv} nor is a multiple of it (KV heads cannot be split or replicated evenly)", l.tp), Some(format!("use a tensor-parallel size that divides {kv} or is a multiple of it")));
+                rep.add(Severity::Warning, "tp-kv-heads", format!("--tp {} neither divides num_key_value_heads {kv} nor is a multiple of it (KV heads cannot be split or replicated evenly)", l.tp), Some(format!("use a tensor-parallel size that divides {kv} or is a multiple of it")));
             }
         }
     }
-    // vLLM --max-model-len against the model.
+    // Length flags.
+    if let Some(bad) = &l.bad_len {
+        if sglang {
+            add_refusal(
+                rep,
+                srv,
+                "context-length",
+                bad.clone(),
+                Some("write the length as a plain integer".into()),
+                evidence::GOLDEN_SGLANG_PARSE,
+            );
+        } else {
+            rep.add(Severity::Error, "max-model-len", bad.clone(), Some("write the length as a plain integer".into()));
+        }
+    }
+    if let Some(n) = &l.len_note {
+        rep.add(Severity::Warning, if sglang { "context-length" } else { "max-model-len" }, n.clone(), None);
+    }
+    let mut effective = tctx.value;
     if !sglang {
         if let Some(mml) = l.max_model_len {
-            if mml > tctx.value && !env_get(inp.env, "VLLM_ALLOW_LONG_MAX_MODEL_LEN").is_some_and(env_true) {
-                rep.add(Severity::Error, "max-model-len", format!("--max-model-len {mml} exceeds the model's context {} ({})", tctx.value, tctx.how), Some(format!("use --max-model-len <= {}, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if you know the model extrapolates", tctx.value)));
+            effective = mml;
+            let mml_ok = target.u64(srv, "model_max_length").is_some_and(|m| mml <= m);
+            if mml > tctx.limit && !mml_ok && !allow_var(inp, srv, ver, rep) {
+                add_refusal(rep, srv, "max-model-len", format!("--max-model-len {mml} exceeds the model's context {} ({}): vLLM raises `User-specified max_model_len ({mml}) is greater than the derived max_model_len`", tctx.limit, tctx.how), Some(format!("use --max-model-len <= {}, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if you know the model extrapolates", tctx.limit)), evidence::GOLDEN_LENGTH);
             }
         }
     } else if let Some(cl) = l.context_length {
-        if cl > tctx.value && !env_get(inp.env, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN").is_some_and(env_true) {
-            rep.add(
-                Severity::Error,
-                "context-length",
-                format!("--context-length {cl} exceeds the model's derived context {} ({})", tctx.value, tctx.how),
-                Some(format!("use --context-length <= {}", tctx.value)),
-            );
+        effective = cl;
+        if cl > tctx.value && !allow_var(inp, srv, ver, rep) {
+            let msg =
+                format!("--context-length {cl} exceeds the model's derived context {} ({})", tctx.value, tctx.how);
+            let fix = Some(format!("use --context-length <= {}", tctx.value));
+            match derive::at_least(ver, &[0, 5, 1]) {
+                Some(false) => rep.add(Severity::Warning, "context-length", format!("{msg}; SGLang {} only warns (0.4.x) and runs past the model's window", ver.unwrap_or("?")), fix),
+                _ => add_refusal(rep, srv, "context-length", format!("{msg}: SGLang >= 0.5.1 raises `User-specified context_length ({cl}) is greater than the derived context_length ({})` (0.4.x only warned)", tctx.value), fix, evidence::GOLDEN_LENGTH),
+            }
         }
     }
+    rep.context = Some(effective);
     // Speculative decoding.
-    let Some(algo) = l.spec_algo.clone() else {
-        return;
-    };
-    let mtp = matches!(algo.as_str(), "NEXTN" | "MTP" | "DEEPSEEK_MTP")
-        || target.json.get("num_nextn_predict_layers").and_then(|v| v.as_u64()).unwrap_or(0) > 0 && l.draft.is_none();
+    let Some((algo, needs_draft)) = spec_method(l, srv) else { return };
     let draft = match &l.draft {
         Some(d) => match resolve_model(d, inp.cwd) {
             Err(u) => return report_unresolved(u, "draft-model", inp.env, rep),
-            Ok((p, _)) => match load_config(&p) {
-                Ok(c) => c,
-                Err(e) => {
-                    rep.add(Severity::Error, "draft-model", e, None);
-                    return;
-                }
+            Ok((p, _)) => match load_for(inp, l, srv, &p, "draft-model", rep) {
+                Some(c) => c,
+                None => return,
             },
         },
-        None if mtp || algo == "NGRAM" => return,
+        None if !needs_draft => return,
+        None if target.json.get("num_nextn_predict_layers").and_then(|v| v.as_u64()).unwrap_or(0) > 0 => return,
         None => {
             rep.add(
                 Severity::Error,
                 "draft-model",
-                format!("--speculative-algorithm {algo} needs a draft model (--speculative-draft-model-path)"),
+                if sglang {
+                    format!("--speculative-algorithm {algo} needs a draft model (--speculative-draft-model-path)")
+                } else {
+                    format!(
+                        "speculative method {} needs a draft model (\"model\" in --speculative-config)",
+                        algo.to_ascii_lowercase()
+                    )
+                },
                 None,
             );
             return;
         }
     };
-    let effective_target =
-        if sglang { l.context_length.unwrap_or(tctx.value) } else { l.max_model_len.unwrap_or(tctx.value) };
-    let target_src = if sglang {
-        match l.context_length {
-            Some(c) => format!("--context-length {c}"),
-            None => tctx.how.clone(),
-        }
-    } else {
-        match l.max_model_len {
-            Some(c) => format!("--max-model-len {c}"),
-            None => tctx.how.clone(),
-        }
+    let target_src = match (sglang, l.context_length, l.max_model_len) {
+        (true, Some(c), _) => format!("--context-length {c}"),
+        (false, _, Some(c)) => format!("--max-model-len {c}"),
+        _ => tctx.how.clone(),
     };
-    let dctx = if sglang { sglang_context(&draft) } else { vllm_context(&draft) };
-    if dctx.value < effective_target {
+    let dctx = draft.context(srv, ver);
+    rep.draft_context = Some(dctx.value);
+    if dctx.value < effective {
         let msg = format!(
             "the draft's context length {} ({}) is below the target's {} ({})",
-            dctx.value, dctx.how, effective_target, target_src
+            dctx.value, dctx.how, effective, target_src
         );
         let fix = Some(format!(
             "pass {} {} (<= the draft's), use a draft trained on a context of {}, or {}",
             if sglang { "--context-length" } else { "--max-model-len" },
             dctx.value,
-            effective_target,
+            effective,
             if sglang {
                 "set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 and accept degraded speculation past the draft's window"
             } else {
@@ -620,13 +667,13 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
             }
         ));
         if sglang {
-            let allowed = env_get(inp.env, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN").is_some_and(env_true);
-            let old = rep.version.as_deref().is_some_and(|v| version_tuple(v) < vec![0, 5, 1]);
+            let allowed = allow_var(inp, srv, ver, rep);
+            let old = derive::at_least(ver, &[0, 5, 1]) == Some(false);
             if allowed || old {
-                rep.add(Severity::Warning, "draft-context", format!("{msg}; SGLang {} runs on with the draft overridden: speculation degrades past the draft's window{}", rep.version.clone().unwrap_or_else(|| "(unknown version)".into()), if old { " and 0.4.x risks illegal memory access at runtime (sglang#9388)" } else { "" }), fix);
+                rep.add(Severity::Warning, "draft-context", format!("{msg}; SGLang {} runs on with the draft overridden: speculation degrades past the draft's window{}", ver.unwrap_or("(unknown version)"), if old { " and 0.4.x risks illegal memory access at runtime (sglang#9388)" } else { "" }), fix);
             } else {
-                let msg = format!("{msg}; SGLang >= 0.5.1 stops with `Target model's context_length ... is greater than the derived context_length` after the target has loaded and captured its graphs");
-                if rep.version.is_some() {
+                let msg = format!("{msg}; SGLang >= 0.5.1 stops with `Target model's context_length ({effective}) is greater than the derived context_length ({})` after the target has loaded and captured its graphs", dctx.value);
+                if ver.is_some() {
                     rep.add_confirmed("draft-context", msg, fix, evidence::SGLANG_DRAFT_CONTEXT);
                 } else {
                     rep.add(Severity::Error, "draft-context", msg, fix);
@@ -641,48 +688,102 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
             );
         }
     }
+    if !sglang {
+        check_vllm_spec(l, &algo, &target, &draft, effective, &dctx, rep);
+    }
+    check_draft_shape(srv, ver, &algo, &target, &draft, rep);
+}
+
+/// vLLM's SpeculativeConfig: `max_model_len` in the speculative config may not exceed the draft's or the
+/// target's (`_maybe_override_draft_max_model_len`), and a `draft_model` needs the target's vocabulary
+/// size (`verify_equal_vocab_size_if_draft_model`). Not in the golden table: unconfirmed errors.
+fn check_vllm_spec(l: &Launch, algo: &str, target: &Config, draft: &Config, tlen: u64, dctx: &Ctx, rep: &mut Report) {
+    let sc = l.spec_config.as_ref();
+    if let Some(sm) = sc.and_then(|s| s.get("max_model_len")).and_then(|v| v.as_u64()) {
+        if sm > dctx.value {
+            rep.add(Severity::Error, "spec-max-model-len", format!("--speculative-config max_model_len {sm} is larger than the draft's {} ({}): vLLM raises `speculative_max_model_len=… cannot be larger than draft_max_model_len`", dctx.value, dctx.how), Some(format!("use max_model_len <= {}", dctx.value)));
+        } else if sm > tlen {
+            rep.add(Severity::Error, "spec-max-model-len", format!("--speculative-config max_model_len {sm} is larger than the target's {tlen}: vLLM raises `cannot be larger than target_max_model_len`"), Some(format!("use max_model_len <= {tlen}")));
+        }
+    }
+    if algo == "DRAFT_MODEL"
+        && !sc.and_then(|s| s.get("use_heterogeneous_vocab")).and_then(|v| v.as_bool()).unwrap_or(false)
+    {
+        if let (Some(tv), Some(dv)) = (target.u64(Srv::Vllm, "vocab_size"), draft.u64(Srv::Vllm, "vocab_size")) {
+            if tv != dv {
+                rep.add(Severity::Error, "draft-vocab", format!("vLLM draft_model: the target's vocab_size {tv} ({}) differs from the draft's {dv} ({}): vLLM raises `Target and draft model should have the same vocabulary size`", target.path.display(), draft.path.display()), Some("use a draft with the target's vocabulary size (the same tokenizer family and padding)".into()));
+            }
+        }
+    }
+}
+
+/// The draft against the target: EAGLE-3 architecture, layers, hidden size, vocabulary.
+fn check_draft_shape(srv: Srv, ver: Option<&str>, algo: &str, target: &Config, draft: &Config, rep: &mut Report) {
+    let sglang = srv == Srv::Sglang;
     let darch = draft.arch();
     let eagle3 = algo == "EAGLE3";
-    if eagle3 && !darch.contains("Eagle3") && !darch.to_ascii_lowercase().contains("eagle3") {
-        rep.add(
-            Severity::Error,
-            "draft-arch",
-            format!(
-                "--speculative-algorithm EAGLE3 but the draft's architectures[0] is {darch} ({})",
-                draft.path.display()
-            ),
-            Some("use an EAGLE-3 draft (LlamaForCausalLMEagle3) or the matching --speculative-algorithm".into()),
-        );
+    if eagle3 && !darch.to_ascii_lowercase().contains("eagle3") {
+        if sglang {
+            rep.add(
+                Severity::Error,
+                "draft-arch",
+                format!(
+                    "--speculative-algorithm EAGLE3 but the draft's architectures[0] is {darch} ({}): SGLang loads that class, not an EAGLE-3 head",
+                    draft.path.display()
+                ),
+                Some("use an EAGLE-3 draft (LlamaForCausalLMEagle3) or the matching --speculative-algorithm".into()),
+            );
+        } else {
+            rep.add(
+                Severity::Info,
+                "draft-arch",
+                format!(
+                    "the EAGLE-3 draft declares {darch} ({}): vLLM renames it to its EAGLE-3 class",
+                    draft.path.display()
+                ),
+                None,
+            );
+        }
     }
     if algo == "EAGLE" && darch.contains("Eagle3") {
         rep.add(
             Severity::Error,
             "draft-arch",
-            format!("--speculative-algorithm EAGLE with an EAGLE-3 draft ({darch}, {})", draft.path.display()),
-            Some("pass --speculative-algorithm EAGLE3".into()),
+            format!("speculative method EAGLE with an EAGLE-3 draft ({darch}, {})", draft.path.display()),
+            Some(if sglang { "pass --speculative-algorithm EAGLE3" } else { "set \"method\": \"eagle3\"" }.into()),
         );
     }
-    if eagle3 {
-        if let Some(n) = draft.u64("num_hidden_layers") {
-            if n != 1 {
-                rep.add(
+    if eagle3 && sglang {
+        if let Some(n) = draft.u64(srv, "num_hidden_layers").filter(|n| *n != 1) {
+            let msg = format!(
+                "an EAGLE-3 draft with num_hidden_layers {n} ({}): SGLang <= 0.5.11 raises `EAGLE3 currently only supports 1 layer`",
+                draft.path.display()
+            );
+            match derive::at_least(ver, &[0, 5, 12]) {
+                Some(true) => {}
+                Some(false) => rep.add(
                     Severity::Error,
                     "eagle3-layers",
-                    format!(
-                        "an EAGLE-3 draft must have exactly 1 hidden layer; {} has num_hidden_layers {n}",
-                        draft.path.display()
-                    ),
-                    Some("SGLang raises `EAGLE3 currently only supports 1 layer`: use a 1-layer EAGLE-3 draft".into()),
-                );
+                    msg,
+                    Some("use a 1-layer EAGLE-3 draft, or SGLang >= 0.5.12".into()),
+                ),
+                None => rep.add(
+                    Severity::Warning,
+                    "eagle3-layers",
+                    format!("{msg}; newer releases load it; depends on the installed SGLang version (unknown)"),
+                    None,
+                ),
             }
         }
-        let th = target.u64("hidden_size");
+    }
+    if eagle3 {
+        let th = target.u64(srv, "hidden_size");
         let dh = draft
             .json
             .get("target_hidden_size")
             .and_then(|v| v.as_u64())
             .map(|v| (v, "target_hidden_size"))
-            .or(draft.u64("hidden_size").map(|v| (v, "hidden_size")));
+            .or(draft.u64(srv, "hidden_size").map(|v| (v, "hidden_size")));
         if let (Some(th), Some((dh, key))) = (th, dh) {
             if th != dh {
                 rep.add(
@@ -698,7 +799,7 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
             }
         }
         if let (Some(dv), Some(tv)) =
-            (draft.json.get("draft_vocab_size").and_then(|v| v.as_u64()), target.u64("vocab_size"))
+            (draft.json.get("draft_vocab_size").and_then(|v| v.as_u64()), target.u64(srv, "vocab_size"))
         {
             if dv > tv {
                 rep.add(
@@ -710,9 +811,11 @@ fn check_hf(inp: &Inputs, l: &Launch, rep: &mut Report) {
             }
         }
     }
-    if let (Some(dv), Some(tv)) = (draft.u64("vocab_size"), target.u64("vocab_size")) {
-        if dv != tv {
-            rep.add(Severity::Warning, "draft-vocab", format!("the draft's vocab_size {dv} ({}) differs from the target's {tv} ({}): a different tokenizer family gives accept length ~1", draft.path.display(), target.path.display()), None);
+    if algo != "DRAFT_MODEL" {
+        if let (Some(dv), Some(tv)) = (draft.u64(srv, "vocab_size"), target.u64(srv, "vocab_size")) {
+            if dv != tv {
+                rep.add(Severity::Warning, "draft-vocab", format!("the draft's vocab_size {dv} ({}) differs from the target's {tv} ({}): a different tokenizer family gives accept length ~1", draft.path.display(), target.path.display()), None);
+            }
         }
     }
 }
@@ -838,6 +941,18 @@ fn check_gguf(inp: &Inputs, l: &Launch, rep: &mut Report) {
         }
     }
     let Some(d) = &l.draft else { return };
+    if l.spec_type.is_none() && inp.local_machine {
+        if let Some(default) = llama_spec_type_default(&l.program) {
+            if default == "none" {
+                rep.add(
+                    Severity::Warning,
+                    "spec-type",
+                    format!("-md {d} without --spec-type: this llama-server build defaults --spec-type to none (its --help says so), so it loads the draft and does NO speculative decoding"),
+                    Some("add --spec-type draft-simple (or the type your draft is for)".into()),
+                );
+            }
+        }
+    }
     let Some(di) = gguf_finding(&inp.cwd.join(d), rep) else {
         return;
     };
@@ -854,6 +969,19 @@ fn check_gguf(inp: &Inputs, l: &Launch, rep: &mut Report) {
             Some("use a draft with the target's tokenizer".into()),
         );
     }
+}
+
+/// The default of `--spec-type` as this llama-server build's `--help` states it (`None`: the build has
+/// no `--spec-type`, or the help could not be read within 5 s). Builds from mid-2026 default to `none`.
+fn llama_spec_type_default(program: &str) -> Option<String> {
+    let mut c = std::process::Command::new(program);
+    c.arg("--help").stdin(std::process::Stdio::null());
+    let o = procs::output_within(c, std::time::Duration::from_secs(5)).ok()?;
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let i = text.find("--spec-type")?;
+    let tail: String = text[i..].chars().take(800).filter(|c| !c.is_whitespace()).collect();
+    let j = tail.find("(default:")? + "(default:".len();
+    Some(tail[j..].split(')').next()?.to_string())
 }
 
 fn shm_bytes() -> Option<u64> {
@@ -891,7 +1019,8 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
             );
         }
     }
-    let gpus_needed = l.tp * l.pp * l.dp;
+    let gpus_needed = l.gpus_per_node(server);
+    let how = l.gpus_how(server);
     let visible =
         env_get(inp.env, "CUDA_VISIBLE_DEVICES").map(|v| v.split(',').filter(|x| !x.trim().is_empty()).count() as u64);
     let mut smi = std::process::Command::new("nvidia-smi");
@@ -904,13 +1033,13 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
         (Some(v), _) if v < gpus_needed => rep.add(
             Severity::Error,
             "gpus",
-            format!("TP×PP×DP = {gpus_needed} GPUs needed, CUDA_VISIBLE_DEVICES shows {v}"),
+            format!("{gpus_needed} GPUs needed on this node ({how}), CUDA_VISIBLE_DEVICES shows {v}"),
             Some("widen CUDA_VISIBLE_DEVICES or lower --tp/--dp".into()),
         ),
         (None, Some(n)) if n < gpus_needed => rep.add(
             Severity::Error,
             "gpus",
-            format!("TP×PP×DP = {gpus_needed} GPUs needed, nvidia-smi shows {n}"),
+            format!("{gpus_needed} GPUs needed on this node ({how}), nvidia-smi shows {n}"),
             None,
         ),
         _ => {}
@@ -940,7 +1069,7 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
                 rep.add(
                     Severity::Error,
                     "gpus",
-                    format!("TP×PP×DP = {gpus_needed} GPUs needed, {} shows {n}", s.source),
+                    format!("{gpus_needed} GPUs needed on this node ({how}), {} shows {n}", s.source),
                     None,
                 );
             }
@@ -1019,7 +1148,7 @@ pub fn gate(rep: &Report, json: bool, where_: &str) -> Option<String> {
 
 pub fn print(rep: &Report, json: bool) {
     if json {
-        let v = serde_json::json!({"event": "check", "server": rep.server, "version": rep.version, "findings": rep.findings, "errors": rep.errors(), "blocking": rep.blocking(), "warnings": rep.warnings()});
+        let v = serde_json::json!({"event": "check", "server": rep.server, "version": rep.version, "context_len": rep.context, "draft_context_len": rep.draft_context, "findings": rep.findings, "errors": rep.errors(), "blocking": rep.blocking(), "warnings": rep.warnings()});
         out_line(&v.to_string());
         return;
     }
@@ -1061,7 +1190,8 @@ pub fn run(
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
     let cwd = std::env::current_dir().map_err(|e| CliError::usage(e.to_string()))?;
-    let rep = check(&Inputs { argv: &argv, server, env: &env, cwd: &cwd, local_machine: true }, profiles)?;
+    let rep =
+        check(&Inputs { argv: &argv, server, env: &env, cwd: &cwd, local_machine: true, version: None }, profiles)?;
     print(&rep, json);
     Ok(if rep.errors() > 0 { crate::exit::CHECK_FAILED } else { crate::exit::READY })
 }
@@ -1079,26 +1209,28 @@ mod tests {
         let c = cfg(
             serde_json::json!({"max_position_embeddings": 131072, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}}),
         );
-        assert_eq!(sglang_context(&c).value, 131072);
-        assert_eq!(vllm_context(&c).value, 131072);
+        assert_eq!(c.context(Srv::Sglang, None).value, 131072);
+        assert_eq!(c.context(Srv::Vllm, None).value, 131072);
     }
 
     #[test]
     fn key_order_and_rope_factor() {
-        let c = cfg(serde_json::json!({"seq_length": 4096, "max_position_embeddings": 32768}));
-        assert_eq!(sglang_context(&c).value, 4096, "seq_length is read before max_position_embeddings");
-        let c = cfg(
-            serde_json::json!({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4.0}}),
+        let s = |j: Value| cfg(j).context(Srv::Sglang, None).value;
+        assert_eq!(s(serde_json::json!({"seq_length": 4096, "max_position_embeddings": 32768})), 4096);
+        assert_eq!(
+            s(serde_json::json!({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4.0}})),
+            16384
         );
-        assert_eq!(sglang_context(&c).value, 16384);
-        let c =
-            cfg(serde_json::json!({"text_config": {"max_position_embeddings": 8192}, "max_position_embeddings": 1}));
-        assert_eq!(sglang_context(&c).value, 8192, "hf_text_config");
-        assert_eq!(sglang_context(&cfg(serde_json::json!({}))).value, 2048);
+        assert_eq!(
+            s(serde_json::json!({"text_config": {"max_position_embeddings": 8192}, "max_position_embeddings": 1})),
+            8192
+        );
+        assert_eq!(s(serde_json::json!({})), 2048);
     }
 
     #[test]
     fn versions() {
+        use derive::version_tuple;
         assert!(version_tuple("0.4.10.post2") < vec![0, 5, 1]);
         assert!(version_tuple("0.5.1") >= vec![0, 5, 1]);
         assert!(version_tuple("0.5.23rc1") >= vec![0, 5, 1]);

@@ -454,7 +454,8 @@ pub fn add_findings(inp: &Inputs, l: &Launch, server: Option<&str>, rep: &mut Re
             let Ok((dir, _)) = crate::check::resolve_model(m, inp.cwd) else { return };
             let Ok(target) = crate::check::load_config(&dir) else { return };
             let sglang = s == "sglang";
-            let ctx = if sglang { crate::check::sglang_context(&target) } else { crate::check::vllm_context(&target) };
+            let srv = if sglang { crate::check::Srv::Sglang } else { crate::check::Srv::Vllm };
+            let ctx = target.context(srv, rep.version.as_deref());
             add_hf_findings(inp.argv, l, sglang, &target, ctx.value, inp.local_machine, rep);
         }
         Some("llama-cpp") => {

@@ -1174,7 +1174,7 @@ async fn check_report(
         let mut s = b"m=".to_vec();
         s.extend(remote::quote(m.as_bytes()));
         s.extend_from_slice(
-            b"\nd=$m\nif [ ! -d \"$d\" ]; then h=${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}; d=$(ls -td \"$h/models--$(printf '%s' \"$m\" | sed 's#/#--#g')\"/snapshots/*/ 2>/dev/null | head -n 1); fi\n[ -n \"$d\" ] && [ -f \"$d/config.json\" ] || exit 4\nd=${d%/}\nprintf '%s\\n' \"$d\"\nhead -c 4194304 \"$d/config.json\"\n",
+            b"\nd=$m\nif [ ! -d \"$d\" ]; then h=${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}; r=\"$h/models--$(printf '%s' \"$m\" | sed 's#/#--#g')\"; c=$(head -c 256 \"$r/refs/main\" 2>/dev/null | tr -d ' \\n'); d=; case $c in ''|*/*) ;; *) [ -d \"$r/snapshots/$c\" ] && d=\"$r/snapshots/$c\" ;; esac; [ -n \"$d\" ] || d=$(ls -td \"$r\"/snapshots/*/ 2>/dev/null | head -n 1); fi\n[ -n \"$d\" ] && [ -f \"$d/config.json\" ] || exit 4\nd=${d%/}\nprintf '%s\\n' \"$d\"\nhead -c 4194304 \"$d/config.json\"\n",
         );
         let (code, out, _) = c.exec(&s, Duration::from_secs(30)).await?;
         if code != 0 {
@@ -1213,7 +1213,7 @@ async fn check_report(
         back.push((dir.display().to_string(), format!("{}:{remote_dir}", c.dest)));
     }
     let mut rep = check::check(
-        &check::Inputs { argv: &argv2, server: kind.clone(), env, cwd: &mirror, local_machine: false },
+        &check::Inputs { argv: &argv2, server: kind.clone(), env, cwd: &mirror, local_machine: false, version: None },
         profiles,
     )?;
     let _ = std::fs::remove_dir_all(&mirror);
@@ -1252,11 +1252,16 @@ async fn check_report(
             Some(format!("vigil ps --host {}; or choose another --port", c.dest)),
         );
     }
-    let need = l.tp * l.pp * l.dp;
+    // per node: with --nnodes N each node holds world/N (SGLang's attention DP adds none)
+    let need = l.gpus_per_node(kind.as_deref());
+    let how = l.gpus_how(kind.as_deref());
     match out.lines().find_map(|x| x.strip_prefix("gpus ")).and_then(|n| n.trim().parse::<u64>().ok()) {
-        Some(n) if n < need => {
-            rep.add(Severity::Error, "gpus", format!("TP×PP×DP = {need} GPUs needed, {} has {n}", c.dest), None)
-        }
+        Some(n) if n < need => rep.add(
+            Severity::Error,
+            "gpus",
+            format!("{need} GPUs needed on this node ({how}), {} has {n}", c.dest),
+            None,
+        ),
         Some(n) => rep.add(Severity::Info, "gpus", format!("{} has {n} GPU(s); {need} needed", c.dest), None),
         None => rep.add(Severity::Info, "gpus", format!("no nvidia-smi on {}: GPU count not checked", c.dest), None),
     }

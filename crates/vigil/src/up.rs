@@ -205,7 +205,14 @@ async fn launch(
     }
     if !a.no_check {
         let rep = crate::check::check(
-            &crate::check::Inputs { argv: &argv, server: kind.clone(), env: &env, cwd: &cwd, local_machine: true },
+            &crate::check::Inputs {
+                argv: &argv,
+                server: kind.clone(),
+                env: &env,
+                cwd: &cwd,
+                local_machine: true,
+                version: None,
+            },
             &profiles,
         )?;
         if let Some(why) = crate::check::gate(&rep, a.json, "") {

@@ -271,7 +271,19 @@ fn e2e_gguf_draft_vocab_and_truncated_model() {
     assert_eq!(code, 0, "{v}");
     let w = findings(&v, "warning");
     assert!(w.iter().any(|f| f["message"].as_str().unwrap().contains("WITHOUT speculative decoding")), "{v}");
-    let (code, v) = check(&[srv.clone(), "-m".into(), m("tiny.gguf"), "-md".into(), m("tiny-draft.gguf")], &[]);
+    // a matching draft, with --spec-type (without it this build does no speculation: M7)
+    let (code, v) = check(
+        &[
+            srv.clone(),
+            "-m".into(),
+            m("tiny.gguf"),
+            "-md".into(),
+            m("tiny-draft.gguf"),
+            "--spec-type".into(),
+            "draft-simple".into(),
+        ],
+        &[],
+    );
     assert_eq!(code, 0);
     assert!(findings(&v, "warning").is_empty(), "{v}");
     // truncated: check says so, and up refuses to launch
@@ -589,4 +601,350 @@ fn sigterm_during_a_hung_nvidia_smi_ends_check() {
     let st = wait_bounded(&mut child, T);
     eprintln!("check ended {:?} after SIGTERM", t0.elapsed());
     assert_eq!(st.code(), Some(130));
+}
+
+// ---- Issue #13: each case below failed (false error or missed error) before the version-keyed rules. ----
+
+/// A fake Python environment whose package metadata says `pkg` `version`: the program to run (python3
+/// for SGLang, the `vllm` entry script, whose shebang names that python, for vLLM).
+fn venv(root: &Path, pkg: &str, version: &str) -> String {
+    let v = root.join(format!("venv-{pkg}-{version}"));
+    let di = v.join("lib/python3.11/site-packages").join(format!("{pkg}-{version}.dist-info"));
+    std::fs::create_dir_all(&di).unwrap();
+    std::fs::write(di.join("METADATA"), format!("Metadata-Version: 2.1\nName: {pkg}\nVersion: {version}\n")).unwrap();
+    std::fs::create_dir_all(v.join("bin")).unwrap();
+    let py = v.join("bin/python3");
+    std::fs::write(&py, "").unwrap();
+    if pkg == "vllm" {
+        let e = v.join("bin/vllm");
+        std::fs::write(&e, format!("#!{}\n", py.display())).unwrap();
+        e.display().to_string()
+    } else {
+        py.display().to_string()
+    }
+}
+
+fn golden_cfg(name: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/configs").join(format!("{name}.json"));
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+fn sg(prog: &str, model: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = vec![prog.into(), "-m".into(), "sglang.launch_server".into(), "--model-path".into()];
+    a.push(model.display().to_string());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a.extend(["--port".into(), free_port().to_string()]);
+    a
+}
+
+fn vl(prog: &str, model: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = vec![prog.into(), "serve".into(), model.display().to_string()];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a.extend(["--port".into(), free_port().to_string()]);
+    a
+}
+
+fn rule_errors(v: &Value, rule: &str) -> Vec<Value> {
+    findings(v, "error").into_iter().filter(|f| f["rule"] == rule).collect()
+}
+
+fn ctx_len(v: &Value) -> u64 {
+    v["context_len"].as_u64().unwrap_or_else(|| panic!("no context_len: {v}"))
+}
+
+/// B1 + B13 + B14: config-class defaults and nested text configs. Gemma-3 multimodal (no
+/// max_position_embeddings in text_config) derives the class default 131072; Gemma-3 text (linear
+/// factor 8) 131072, not 1048576; InternVL's llm_config 32768; GPT-2's n_positions 1024 (M2).
+#[test]
+fn b1_b13_b14_m2_config_class_defaults_and_text_configs() {
+    let d = TempDir::new("b1");
+    for (name, want) in
+        [("gemma3-27b-it", 131072), ("medgemma-27b-text-it", 131072), ("internvl3-8b-like", 32768), ("gpt2", 1024)]
+    {
+        let m = model_dir(&d.0, name, &golden_cfg(name));
+        let (code, v) = check(&sg("python3", &m, &[]), &[]);
+        assert_eq!((code, ctx_len(&v)), (0, want), "SGLang {name}: {v}");
+        if name != "internvl3-8b-like" {
+            let (code, v) = check(&vl("vllm", &m, &[]), &[]);
+            assert_eq!((code, ctx_len(&v)), (0, want), "vLLM {name}: {v}");
+        }
+    }
+    // the Gemma-3 pair of the field: a 131072 context is no error
+    let m = model_dir(&d.0, "g3", &golden_cfg("gemma3-27b-it"));
+    let (code, v) = check(&sg("python3", &m, &["--context-length", "131072"]), &[]);
+    assert_eq!(code, 0, "{v}");
+    // thinker_config wins over text_config (SGLang's priority)
+    let cfg = json!({"architectures": ["Qwen2_5OmniModel"], "model_type": "qwen2_5_omni",
+        "thinker_config": {"text_config": {"model_type": "qwen2_5_omni_text", "max_position_embeddings": 32768, "num_attention_heads": 28}},
+        "text_config": {"max_position_embeddings": 4096, "num_attention_heads": 28}});
+    let m = model_dir(&d.0, "omni", &cfg);
+    let (_, v) = check(&sg("python3", &m, &[]), &[]);
+    assert_eq!(ctx_len(&v), 32768, "{v}");
+}
+
+/// B2: vLLM honours model_max_length (Command-R 8192 / 131072).
+#[test]
+fn b2_vllm_honours_model_max_length() {
+    let d = TempDir::new("b2");
+    let m = model_dir(&d.0, "command-r", &golden_cfg("command-r-v01"));
+    let (code, v) = check(&vl("vllm", &m, &["--max-model-len", "131072"]), &[]);
+    assert_eq!((code, ctx_len(&v)), (0, 131072), "{v}");
+    let (code, v) = check(&vl("vllm", &m, &[]), &[]);
+    assert_eq!((code, ctx_len(&v)), (0, 131072), "{v}");
+}
+
+/// B3: human-readable lengths as each server parses them.
+#[test]
+fn b3_human_readable_lengths() {
+    let d = TempDir::new("b3");
+    let m = model_dir(&d.0, "llama", &golden_cfg("llama31-8b"));
+    for (val, want) in [("32k", 32000), ("32K", 32768), ("auto", 131072), ("-1", 131072), ("25.6k", 25600)] {
+        let (code, v) = check(&vl("vllm", &m, &["--max-model-len", val]), &[]);
+        assert_eq!((code, ctx_len(&v)), (0, want), "vLLM --max-model-len {val}: {v}");
+    }
+    let sglang = venv(&d.0, "sglang", "0.5.23");
+    let (code, v) = check(&sg(&sglang, &m, &["--context-length", "32k"]), &[]);
+    assert_eq!((code, ctx_len(&v)), (0, 32000), "{v}");
+    let (code, v) = check(&sg(&sglang, &m, &["--context-length", "32K"]), &[]);
+    assert_eq!(code, 10, "{v}");
+    assert!(rule_errors(&v, "context-length")[0]["confirmed"].is_string(), "SGLang 0.5.23 refuses 32K: {v}");
+    // version unknown: 32k is 32000 in >= 0.5.10, refused before: a warning naming the dependency
+    let (code, v) = check(&sg("python3", &m, &["--context-length", "32k"]), &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(findings(&v, "warning").iter().any(|f| f["message"].as_str().unwrap().contains("0.5.10")), "{v}");
+}
+
+/// B4: env truthiness per server: vLLM reads 1/true/True, not yes/y; SGLang also yes/y.
+#[test]
+fn b4_env_truthiness_per_server() {
+    let d = TempDir::new("b4");
+    let m = model_dir(&d.0, "llama", &golden_cfg("llama31-8b"));
+    let vllm = venv(&d.0, "vllm", "0.33.0");
+    let sglang = venv(&d.0, "sglang", "0.5.23");
+    for val in ["yes", "y"] {
+        let (code, v) =
+            check(&vl(&vllm, &m, &["--max-model-len", "262144"]), &[("VLLM_ALLOW_LONG_MAX_MODEL_LEN", val)]);
+        assert_eq!(code, 10, "vLLM refuses with {val}: {v}");
+        assert!(rule_errors(&v, "max-model-len")[0]["confirmed"].is_string(), "{v}");
+        let (code, v) = check(
+            &sg(&sglang, &m, &["--context-length", "262144"]),
+            &[("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", val)],
+        );
+        assert_eq!(code, 0, "SGLang accepts {val}: {v}");
+    }
+    let (code, v) = check(&vl(&vllm, &m, &["--max-model-len", "262144"]), &[("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "True")]);
+    assert_eq!(code, 0, "{v}");
+}
+
+/// B5: SGLang attention DP adds no GPUs; --nnodes N splits the world over the nodes; vLLM DP multiplies.
+#[test]
+fn b5_gpus_needed_per_node() {
+    let d = TempDir::new("b5");
+    let m = model_dir(&d.0, "ds", &public("deepseek-v3.json"));
+    let eight = [("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")];
+    let (_, v) = check(&sg("python3", &m, &["--tp", "8", "--dp", "8", "--enable-dp-attention"]), &eight);
+    assert!(rule_errors(&v, "gpus").is_empty(), "{v}");
+    let (_, v) = check(&sg("python3", &m, &["--tp", "16", "--nnodes", "2", "--node-rank", "0"]), &eight);
+    assert!(rule_errors(&v, "gpus").is_empty(), "{v}");
+    let (_, v) = check(&sg("python3", &m, &["--tp", "8", "--dp", "2"]), &eight);
+    assert_eq!(rule_errors(&v, "gpus").len(), 1, "{v}");
+    let (_, v) = check(&vl("vllm", &m, &["-tp", "8", "-dp", "2"]), &eight);
+    assert_eq!(rule_errors(&v, "gpus").len(), 1, "{v}");
+}
+
+/// B6 + B7: the one-layer EAGLE-3 rule holds for SGLang <= 0.5.11 only; an EAGLE-3 draft declared
+/// LlamaForCausalLM is renamed by vLLM, refused by SGLang.
+#[test]
+fn b6_b7_eagle3_layers_and_llama_arch_per_server() {
+    let d = TempDir::new("b6");
+    let t = model_dir(&d.0, "llama", &golden_cfg("llama31-8b"));
+    let two = model_dir(&d.0, "eagle3-2layers", &golden_cfg("x-eagle3-2layers"));
+    let new = venv(&d.0, "sglang", "0.5.23");
+    let old = venv(&d.0, "sglang", "0.5.11");
+    let spec = |dr: &Path| {
+        ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([dr.display().to_string(), "--context-length".into(), "2048".into()])
+            .collect::<Vec<_>>()
+    };
+    let s2 = spec(&two);
+    let s2: Vec<&str> = s2.iter().map(|s| s.as_str()).collect();
+    let (_, v) = check(&sg(&new, &t, &s2), &[]);
+    assert!(rule_errors(&v, "eagle3-layers").is_empty(), "0.5.23 loads a 2-layer EAGLE-3 draft: {v}");
+    let (_, v) = check(&sg(&old, &t, &s2), &[]);
+    assert_eq!(rule_errors(&v, "eagle3-layers").len(), 1, "0.5.11: {v}");
+    let sc = json!({"model": two.display().to_string(), "method": "eagle3", "num_speculative_tokens": 3}).to_string();
+    let (_, v) = check(&vl("vllm", &t, &["--speculative-config", &sc, "--max-model-len", "2048"]), &[]);
+    assert!(findings(&v, "error").is_empty(), "vLLM never had the rule: {v}");
+    let la = model_dir(&d.0, "eagle3-llamaarch", &golden_cfg("x-eagle3-llamaarch"));
+    let sc = json!({"model": la.display().to_string(), "method": "eagle3", "num_speculative_tokens": 3}).to_string();
+    let (_, v) = check(&vl("vllm", &t, &["--speculative-config", &sc, "--max-model-len", "2048"]), &[]);
+    assert!(rule_errors(&v, "draft-arch").is_empty(), "vLLM renames it: {v}");
+    let sl = spec(&la);
+    let sl: Vec<&str> = sl.iter().map(|s| s.as_str()).collect();
+    let (_, v) = check(&sg(&new, &t, &sl), &[]);
+    assert_eq!(rule_errors(&v, "draft-arch").len(), 1, "SGLang rejects it: {v}");
+}
+
+/// B8 + M5 + M4 + M9: vLLM methods without a draft model; the method inferred from the path; a
+/// draft_model needs the target's vocabulary size; max_model_len in the speculative config.
+#[test]
+fn b8_m4_m5_m9_vllm_speculative_config() {
+    let d = TempDir::new("b8");
+    let t = model_dir(&d.0, "qwen25-7b", &golden_cfg("qwen25-7b"));
+    for method in ["suffix", "ngram_gpu", "extract_hidden_states", "mtp", "ngram"] {
+        let sc = json!({"method": method, "num_speculative_tokens": 3}).to_string();
+        let (code, v) = check(&vl("vllm", &t, &["--speculative-config", &sc]), &[]);
+        assert_eq!(code, 0, "{method} needs no draft model: {v}");
+    }
+    let small = model_dir(&d.0, "qwen25-0.5b", &golden_cfg("qwen25-0.5b"));
+    let sc = json!({"model": small.display().to_string(), "num_speculative_tokens": 3}).to_string();
+    let (code, v) = check(&vl("vllm", &t, &["--speculative-config", &sc]), &[]);
+    assert_eq!(code, 10, "{v}");
+    assert!(rule_errors(&v, "draft-vocab")[0]["message"].as_str().unwrap().contains("same vocabulary size"), "{v}");
+    // a path with eagle3 in it: inferred eagle3 (the hidden-size rule applies, not the vocab one)
+    let e3 = model_dir(&d.0, "my-eagle3-draft", &golden_cfg("sf-llama3-8b-eagle3"));
+    let sc = json!({"model": e3.display().to_string(), "num_speculative_tokens": 3}).to_string();
+    let (_, v) = check(&vl("vllm", &t, &["--speculative-config", &sc]), &[]);
+    assert!(!rule_errors(&v, "draft-hidden").is_empty() && rule_errors(&v, "draft-vocab").is_empty(), "{v}");
+    let dr = model_dir(&d.0, "EAGLE3-LLaMA3.1", &public("eagle3-llama3.1-instruct-8b.json"));
+    let lt = model_dir(&d.0, "llama", &public("llama-3.1-8b-instruct.json"));
+    let sc = json!({"model": dr.display().to_string(), "method": "eagle3", "max_model_len": 4096}).to_string();
+    let (code, v) = check(&vl("vllm", &lt, &["--speculative-config", &sc, "--max-model-len", "8192"]), &[]);
+    assert_eq!(code, 10, "{v}");
+    assert_eq!(rule_errors(&v, "spec-max-model-len").len(), 1, "{v}");
+}
+
+/// B10: --json-model-override-args (SGLang) and --hf-overrides (vLLM) apply before the derivation.
+#[test]
+fn b10_overrides_apply_first() {
+    let d = TempDir::new("b10");
+    let m = model_dir(&d.0, "qwen", &golden_cfg("qwen25-7b"));
+    let o = r#"{"max_position_embeddings": 131072}"#;
+    let (code, v) = check(&sg("python3", &m, &["--json-model-override-args", o, "--context-length", "131072"]), &[]);
+    assert_eq!((code, ctx_len(&v)), (0, 131072), "{v}");
+    let (code, v) = check(&vl("vllm", &m, &["--hf-overrides", o, "--max-model-len", "131072"]), &[]);
+    assert_eq!((code, ctx_len(&v)), (0, 131072), "{v}");
+}
+
+/// B11: the model after options, or inside --config FILE.yaml.
+#[test]
+fn b11_model_after_options_or_in_config_yaml() {
+    let d = TempDir::new("b11");
+    let m = model_dir(&d.0, "qwen", &golden_cfg("qwen25-7b"));
+    let a: Vec<String> =
+        ["vllm", "serve", "--port", &free_port().to_string(), "--enforce-eager", &m.display().to_string()]
+            .map(String::from)
+            .to_vec();
+    let (code, v) = check(&a, &[]);
+    assert_eq!((code, ctx_len(&v)), (0, 32768), "{v}");
+    let y = d.0.join("serve.yaml");
+    std::fs::write(&y, format!("model: {}\nmax_model_len: 65536\n", m.display())).unwrap();
+    let a: Vec<String> = ["vllm", "serve", "--config", &y.display().to_string()].map(String::from).to_vec();
+    let (code, v) = check(&a, &[]);
+    assert_eq!(code, 10, "the YAML's max_model_len 65536 exceeds 32768: {v}");
+    assert_eq!(rule_errors(&v, "max-model-len").len(), 1, "{v}");
+}
+
+/// B12: SGLang 0.4.x only warns when --context-length exceeds the model.
+#[test]
+fn b12_sglang_04_only_warns() {
+    let d = TempDir::new("b12");
+    let m = model_dir(&d.0, "qwen", &golden_cfg("qwen25-7b"));
+    let old = venv(&d.0, "sglang", "0.4.10.post2");
+    let (code, v) = check(&sg(&old, &m, &["--context-length", "65536"]), &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(findings(&v, "warning").iter().any(|f| f["rule"] == "context-length"), "{v}");
+    let new = venv(&d.0, "sglang", "0.5.23");
+    let (code, v) = check(&sg(&new, &m, &["--context-length", "65536"]), &[]);
+    assert_eq!((code, v["blocking"].as_u64()), (10, Some(1)), "{v}");
+}
+
+/// M1: the vLLM version is read, and vLLM >= 0.30 no longer scales YaRN; LongRoPE (phi-3) defaults to
+/// 4096 in vLLM but accepts --max-model-len up to 131072.
+#[test]
+fn m1_vllm_version_keys_yarn_and_longrope() {
+    let d = TempDir::new("m1");
+    let m = model_dir(&d.0, "qwen3-yarn", &golden_cfg("qwen3-8b-yarn"));
+    for (ver, want) in [("0.29.0", 131072), ("0.33.0", 40960)] {
+        let p = venv(&d.0, "vllm", ver);
+        let (code, v) = check(&vl(&p, &m, &[]), &[]);
+        assert_eq!((code, ctx_len(&v), v["version"].as_str()), (0, want, Some(ver)), "{v}");
+    }
+    let (_, v) = check(&sg("python3", &m, &[]), &[]);
+    assert_eq!(ctx_len(&v), 40960, "{v}");
+    let phi = model_dir(&d.0, "phi3", &golden_cfg("phi3-mini-128k"));
+    let (code, v) = check(&vl("vllm", &phi, &[]), &[]);
+    assert_eq!((code, ctx_len(&v)), (0, 4096), "{v}");
+    let (code, v) = check(&vl("vllm", &phi, &["--max-model-len", "131072"]), &[]);
+    assert_eq!((code, ctx_len(&v)), (0, 131072), "{v}");
+    let (_, v) = check(&sg("python3", &phi, &[]), &[]);
+    assert_eq!(ctx_len(&v), 131072, "{v}");
+}
+
+/// M6: the Hugging Face cache snapshot is the one refs/main names, not the newest by mtime.
+#[test]
+fn m6_hf_snapshot_from_refs_main() {
+    let d = TempDir::new("m6");
+    let repo = d.0.join("hf/hub/models--org--model");
+    let good = repo.join("snapshots/aaaa");
+    let stale = repo.join("snapshots/bbbb");
+    std::fs::create_dir_all(&good).unwrap();
+    std::fs::write(good.join("config.json"), golden_cfg("qwen25-7b").to_string()).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("config.json"), golden_cfg("qwen25-0.5b").to_string().replace("32768", "4096")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), "aaaa").unwrap();
+    let hf = [("HF_HOME", d.0.join("hf").to_str().unwrap().to_string())];
+    let hf: Vec<(&str, &str)> = hf.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (code, v) = check(&vl("vllm", Path::new("org/model"), &["--max-model-len", "32768"]), &hf);
+    assert_eq!((code, ctx_len(&v)), (0, 32768), "{v}");
+}
+
+/// M8 + the Kimi-K2 row: an unknown model_type is refused without --trust-remote-code (confirmed for a
+/// golden-table version); SGLang 0.5.11 refuses kimi_k2 without it, 0.5.23 loads it.
+#[test]
+fn m8_unknown_model_type_and_kimi_k2() {
+    let d = TempDir::new("m8");
+    let m = model_dir(&d.0, "foobar", &golden_cfg("x-unknown-arch"));
+    let vllm = venv(&d.0, "vllm", "0.33.0");
+    let (code, v) = check(&vl(&vllm, &m, &[]), &[]);
+    assert_eq!((code, v["blocking"].as_u64()), (10, Some(1)), "{v}");
+    let (code, v) = check(&vl("vllm", &m, &[]), &[]);
+    assert_eq!((code, v["blocking"].as_u64()), (10, Some(0)), "version unknown: not confirmed: {v}");
+    let k = model_dir(&d.0, "kimi", &golden_cfg("kimi-k2-instruct"));
+    let (code, v) = check(&sg(&venv(&d.0, "sglang", "0.5.11"), &k, &[]), &[]);
+    assert_eq!((code, v["blocking"].as_u64()), (10, Some(1)), "{v}");
+    let (code, v) = check(&sg(&venv(&d.0, "sglang", "0.5.23"), &k, &[]), &[]);
+    assert_eq!(code, 0, "{v}");
+    let (code, v) = check(&sg("python3", &k, &[]), &[]);
+    assert_eq!(code, 0, "version unknown: a warning: {v}");
+    assert!(findings(&v, "warning").iter().any(|f| f["message"].as_str().unwrap().contains("kimi_k2")), "{v}");
+}
+
+/// M7: llama-server -md without --spec-type: recent builds (their --help says `default: none`) load the
+/// draft and do no speculation.
+#[test]
+fn m7_llama_server_draft_without_spec_type() {
+    let Some(e) = env() else { return };
+    let srv = e.server.display().to_string();
+    let m = |n: &str| e.models.join(n).display().to_string();
+    let (code, v) = check(&[srv.clone(), "-m".into(), m("tiny.gguf"), "-md".into(), m("tiny-draft.gguf")], &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(findings(&v, "warning").iter().any(|f| f["rule"] == "spec-type"), "{v}");
+    let (_, v) = check(
+        &[
+            srv,
+            "-m".into(),
+            m("tiny.gguf"),
+            "-md".into(),
+            m("tiny-draft.gguf"),
+            "--spec-type".into(),
+            "draft-simple".into(),
+        ],
+        &[],
+    );
+    assert!(findings(&v, "warning").is_empty(), "{v}");
 }

@@ -179,15 +179,15 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
 
 fn match_rules(p: &Profile, message: &str) -> Option<Hit> {
     // One pass over all patterns; groups are read only for the winning rule, and only if it has any.
-    let i = p.rule_set.matches(message.as_bytes()).iter().next()?;
+    let i = p.rule_set().matches(message.as_bytes()).iter().next()?;
     hit_of(&p.rules[i], message)
 }
 
 fn hit_of(r: &Rule, message: &str) -> Option<Hit> {
-    if r.re.captures_len() == 1 {
+    if r.re.groups() == 0 {
         return Some(hit(r, None));
     }
-    r.re.captures(message).map(|c| hit(r, Some(&c)))
+    r.re.get().captures(message).map(|c| hit(r, Some(&c)))
 }
 
 fn hit(r: &Rule, c: Option<&regex::Captures>) -> Hit {

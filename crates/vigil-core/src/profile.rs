@@ -119,12 +119,68 @@ pub enum RuleKind {
     RequestError,
 }
 
+/// A rule's own regex, compiled on first use. Most rules are only ever matched through their profile's
+/// set; their own regex (which reads groups) is built only for the ones that win with groups. Compiling
+/// every rule eagerly was most of vigil's resident memory. The pattern is parsed (not compiled) at load, so
+/// a bad pattern is still an error there.
+#[derive(Debug)]
+pub struct LazyRegex {
+    src: String,
+    groups: usize,
+    cell: std::sync::OnceLock<Regex>,
+}
+
+impl Clone for LazyRegex {
+    fn clone(&self) -> Self {
+        LazyRegex { src: self.src.clone(), groups: self.groups, cell: std::sync::OnceLock::new() }
+    }
+}
+
+impl LazyRegex {
+    /// Parses the pattern (syntax and group names) without compiling it.
+    fn parse(src: &str) -> Result<(LazyRegex, Vec<String>), String> {
+        let hir = regex_syntax::Parser::new().parse(src).map_err(|e| e.to_string())?;
+        let mut names = Vec::new();
+        collect_names(&hir, &mut names);
+        let groups = hir.properties().explicit_captures_len();
+        Ok((LazyRegex { src: src.to_string(), groups, cell: std::sync::OnceLock::new() }, names))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.src
+    }
+
+    /// Explicit capture groups in the pattern.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    pub fn get(&self) -> &Regex {
+        self.cell.get_or_init(|| Regex::new(&self.src).expect("pattern parsed at load"))
+    }
+}
+
+fn collect_names(h: &regex_syntax::hir::Hir, out: &mut Vec<String>) {
+    use regex_syntax::hir::HirKind;
+    match h.kind() {
+        HirKind::Capture(c) => {
+            if let Some(n) = &c.name {
+                out.push(n.to_string());
+            }
+            collect_names(&c.sub, out);
+        }
+        HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().for_each(|x| collect_names(x, out)),
+        HirKind::Repetition(r) => collect_names(&r.sub, out),
+        _ => {}
+    }
+}
+
 /// A compiled rule.
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub name: String,
     pub profile: String,
-    pub re: Regex,
+    pub re: LazyRegex,
     pub kind: RuleKind,
     pub phase: Option<Phase>,
     pub again: Option<Phase>,
@@ -159,7 +215,7 @@ pub struct Profile {
     /// (`\w`, `\d`, `\s` and case folding on ASCII): log text is ASCII where the rules look, and Unicode
     /// classes make the lazy DFA many times larger and slower on varied lines. The winning rule's own
     /// (Unicode) regex then reads its groups.
-    pub rule_set: regex::bytes::RegexSet,
+    rule_set: std::sync::OnceLock<regex::bytes::RegexSet>,
 }
 
 fn rule_set(name: &str, rules: &[Rule]) -> Result<regex::bytes::RegexSet, ProfileError> {
@@ -210,13 +266,22 @@ impl Profile {
             stall_secs: BTreeMap::new(),
             prefixes: vec![],
             rules: vec![],
-            rule_set: regex::bytes::RegexSet::empty(),
+            rule_set: std::sync::OnceLock::new(),
         }
     }
 
+    /// Checks that the rules make a set (the set itself is built on first use, see [`Profile::rule_set`]).
     fn build_set(&mut self) -> Result<(), ProfileError> {
-        self.rule_set = rule_set(&self.name, &self.rules)?;
+        self.rule_set = std::sync::OnceLock::new();
         Ok(())
+    }
+
+    /// All rule patterns in one set, built on the first line this profile classifies: a watch of one
+    /// server kind never builds the others'.
+    pub fn rule_set(&self) -> &regex::bytes::RegexSet {
+        self.rule_set.get_or_init(|| {
+            rule_set(&self.name, &self.rules).unwrap_or_else(|e| panic!("rule set checked at load: {}", e.0))
+        })
     }
 
     /// Merges a parsed file into this profile. `front` puts the file's rules before the existing ones.
@@ -277,10 +342,15 @@ impl Profile {
                     Cause::parse(c).ok_or_else(|| ProfileError(format!("{origin}: {what}: unknown cause '{c}'")))?,
                 ),
             };
+            let lazy = LazyRegex::parse(&r.pattern).map_err(|e| {
+                let first = e.lines().last().unwrap_or("").trim().to_string();
+                ProfileError(format!("{origin}: bad regex in {what}: {first}"))
+            })?;
+            let names = lazy.1.clone();
             let rule = Rule {
                 name: r.name.clone(),
                 profile: f.name.clone(),
-                re: re(origin, &what, &r.pattern)?,
+                re: lazy.0,
                 kind: r.kind,
                 phase: phase(origin, &what, &r.phase)?,
                 again: phase(origin, &what, &r.again)?,
@@ -293,11 +363,9 @@ impl Profile {
             if matches!(rule.kind, RuleKind::Phase | RuleKind::Implies) && rule.phase.is_none() {
                 return Err(ProfileError(format!("{origin}: {what}: kind needs a phase")));
             }
-            if rule.kind == RuleKind::Progress {
-                let names: Vec<_> = rule.re.capture_names().flatten().collect();
-                if !names.contains(&"k") || !names.contains(&"n") {
-                    return Err(ProfileError(format!("{origin}: {what}: progress needs (?P<k>..) and (?P<n>..)")));
-                }
+            let has = |n: &str| names.iter().any(|x| x == n);
+            if rule.kind == RuleKind::Progress && !(has("k") && has("n")) {
+                return Err(ProfileError(format!("{origin}: {what}: progress needs (?P<k>..) and (?P<n>..)")));
             }
             rules.push(rule);
         }
@@ -353,15 +421,22 @@ impl Profiles {
             if f.name.trim().is_empty() {
                 return Err(ProfileError(format!("{origin}: name must not be empty")));
             }
-            match list.iter_mut().find(|p| p.name == f.name) {
-                Some(p) => p.merge(origin, &f, true)?,
+            let p = match list.iter().position(|p| p.name == f.name) {
+                Some(i) => {
+                    list[i].merge(origin, &f, true)?;
+                    &mut list[i]
+                }
                 None => {
                     let mut p = Profile::empty(&f.name);
                     p.merge(origin, &f, false)?;
                     let at = list.len() - 1; // before generic
                     list.insert(at, p);
+                    &mut list[at]
                 }
-            }
+            };
+            // A user's patterns are built now, so that one the set cannot take is an error at load.
+            let set = rule_set(&p.name, &p.rules).map_err(|e| ProfileError(format!("{origin}: {}", e.0)))?;
+            let _ = p.rule_set.set(set);
         }
         Ok(Profiles { list })
     }
@@ -396,7 +471,11 @@ mod tests {
         for prof in &p.list {
             for r in &prof.rules {
                 assert!(r.source.is_some() || prof.name == "generic", "{}: rule {} has no source", prof.name, r.name);
+                // compiled lazily in use: every built-in pattern must compile
+                assert!(Regex::new(r.re.as_str()).is_ok(), "{}: rule {}", prof.name, r.name);
             }
+            // and every built-in set must build (it is built on first use)
+            assert_eq!(prof.rule_set().len(), prof.rules.len(), "{}", prof.name);
         }
     }
 

@@ -31,9 +31,20 @@ fn num(v: &Value) -> Option<u64> {
     v.as_u64().or_else(|| v.as_f64().map(|f| f as u64))
 }
 
+/// Tokens the proof asks for: two prove decoding (one prefill, one decode step, where CUDA-graph replay
+/// runs) at the least cost; with speculative decoding, enough for the drafter to run several steps
+/// (llama-server drafts up to 16 by default, EAGLE chains 3-8 steps) so that acceptance can be read.
+pub fn proof_tokens(wants_spec: bool) -> u32 {
+    if wants_spec {
+        16
+    } else {
+        2
+    }
+}
+
 /// Sends one small greedy completion and checks that the answer has tokens.
 pub async fn generate(kind: Option<&str>, t: &Target, timeout: Duration, bearer: Option<&str>) -> GenProof {
-    generate_with(kind, t, timeout, bearer, None).await
+    generate_with(kind, t, timeout, bearer, None, proof_tokens(false)).await
 }
 
 /// The model a command serves (`serve MODEL`, `--model`, `--model-path`, `-m`), for OpenAI-style requests.
@@ -56,6 +67,7 @@ pub async fn generate_with(
     timeout: Duration,
     bearer: Option<&str>,
     hint: Option<String>,
+    tokens: u32,
 ) -> GenProof {
     let t0 = Instant::now();
     let fail = |endpoint: &str, note: String| GenProof {
@@ -69,11 +81,11 @@ pub async fn generate_with(
     let (endpoint, body) = match kind {
         Some("llama-cpp") => (
             "/completion".to_string(),
-            serde_json::json!({"prompt": "Hello, my name is", "n_predict": 8, "temperature": 0, "top_k": 1, "cache_prompt": false}),
+            serde_json::json!({"prompt": "Hello, my name is", "n_predict": tokens, "temperature": 0, "top_k": 1, "cache_prompt": false}),
         ),
         Some("sglang") => (
             "/generate".to_string(),
-            serde_json::json!({"text": "The capital city of France is", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}),
+            serde_json::json!({"text": "The capital city of France is", "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}),
         ),
         _ => {
             // OpenAI-compatible servers need the model id first.
@@ -86,7 +98,7 @@ pub async fn generate_with(
             let Some(model) = model.or(hint) else { return fail("/v1/models", "no model id from /v1/models".into()) };
             (
                 "/v1/completions".to_string(),
-                serde_json::json!({"model": model, "prompt": "Hello, my name is", "max_tokens": 8, "temperature": 0}),
+                serde_json::json!({"model": model, "prompt": "Hello, my name is", "max_tokens": tokens, "temperature": 0}),
             )
         }
     };

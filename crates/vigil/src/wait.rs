@@ -778,8 +778,9 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 // one attempt never outlasts the whole proof budget
                 let to = probe_timeout.max(Duration::from_secs(30)).min(a.generate_timeout);
                 let hint = proof::model_hint(&argv);
+                let tokens = proof::proof_tokens(wants_spec);
                 gen_task = Some(tokio::spawn(async move {
-                    proof::generate_with(kind.as_deref(), &t, to, b.as_deref(), hint).await
+                    proof::generate_with(kind.as_deref(), &t, to, b.as_deref(), hint, tokens).await
                 }));
             }
         }

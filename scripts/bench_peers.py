@@ -48,8 +48,10 @@ def tool_cmd(tool, port, log=None, pid=None, cap=10):
         if pid:
             c += ["--pid", str(pid)]
         return c
-    if tool == "vigil --log":
+    if tool in ("vigil --log", "vigil --log --no-generate"):
         c = [VIGIL, "wait", "-q", "--url", url, "--log", log, "--timeout", f"{cap}s"]
+        if tool.endswith("--no-generate"):
+            c += ["--no-generate"]
         if pid:
             c += ["--pid", str(pid)]
         return c
@@ -64,7 +66,94 @@ def tool_cmd(tool, port, log=None, pid=None, cap=10):
     raise ValueError(tool)
 
 
-TOOLS = ["vigil", "vigil --log", "bash loop", "bash loop over ssh", "wait-for-it", "wait-on"]
+TOOLS = ["vigil", "vigil --log", "vigil --log --no-generate", "bash loop", "bash loop over ssh", "wait-for-it", "wait-on"]
+
+
+class CountingProxy:
+    """Counts the HTTP requests a tool sends (a loopback TCP relay in front of the server; used only for the
+    probe counts, never for the lag figures)."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.requests = {}
+        self.sock = socket.socket(); self.sock.bind(("127.0.0.1", 0)); self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.stop = False
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.relay, args=(c,), daemon=True).start()
+
+    def relay(self, c):
+        try:
+            u = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            c.close(); return
+        def pump(a, b, count):
+            try:
+                while True:
+                    d = a.recv(65536)
+                    if not d:
+                        break
+                    if count:
+                        for line in d.split(b"\r\n"):
+                            parts = line.split(b" ")
+                            if len(parts) >= 3 and parts[0] in (b"GET", b"POST", b"HEAD") and parts[2].startswith(b"HTTP/"):
+                                k = parts[1].decode(errors="replace").split("?")[0]
+                                self.requests[k] = self.requests.get(k, 0) + 1
+                    b.sendall(d)
+            except OSError:
+                pass
+            finally:
+                for x in (a, b):
+                    try:
+                        x.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+        threading.Thread(target=pump, args=(u, c, False), daemon=True).start()
+        pump(c, u, True)
+
+    def close(self):
+        self.stop = True; self.sock.close()
+
+
+def probe_count(tool, cap, load_s=3.0):
+    """Requests a tool sends to a server that takes `load_s` seconds to start (SIGSTOPped), through the proxy."""
+    port = free_port(); log = unique("pc") + ".log"
+    srv = start_server(f"{MODELS}/tiny.gguf", port, log); os.kill(srv.pid, signal.SIGSTOP)
+    px = CountingProxy(port)
+    threading.Timer(load_s, lambda: os.kill(srv.pid, signal.SIGCONT)).start()
+    cmd = [x.replace(f":{port}/", f":{px.port}/").replace(f"127.0.0.1:{port}", f"127.0.0.1:{px.port}") for x in
+           tool_cmd(tool, port, log, None, cap)]
+    run_capped(cmd, cap)
+    srv.kill(); srv.wait(); px.close()
+    return px.requests
+
+
+def completion_ms(n_tokens=2, runs=10):
+    """The server's own time for a 2-token completion (what the proof costs at least)."""
+    port = free_port(); log = unique("cm") + ".log"
+    srv = start_server(f"{MODELS}/tiny.gguf", port, log)
+    t0 = time.monotonic()
+    while not health_ok(port) and time.monotonic() - t0 < 30:
+        time.sleep(0.01)
+    body = json.dumps({"prompt": "Hello, my name is", "n_predict": n_tokens, "temperature": 0, "top_k": 1,
+                       "cache_prompt": False}).encode()
+    xs = []
+    for _ in range(runs):
+        s = socket.create_connection(("127.0.0.1", port)); t = time.monotonic()
+        s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        while s.recv(65536):
+            pass
+        xs.append((time.monotonic() - t) * 1000); s.close()
+    srv.kill(); srv.wait()
+    return statistics.median(xs)
 
 
 def start_server(model, port, log):
@@ -215,10 +304,22 @@ def section_lag(a, pool):
         lag[t] = [r[0] for r in res]
         med, mx = fmt(lag[t])
         print(f"| {t} | {a.runs} | {med} | {mx} | {sum(1 for r in res if r[1])}/{a.runs} |", flush=True)
-    base = statistics.median([x for x in lag["vigil --log"] if x is not None])
-    print("\nvigil --log / peer median lag ratios: " + ", ".join(
+    base = statistics.median([x for x in lag["vigil --log --no-generate"] if x is not None])
+    print("\nvigil --log --no-generate / peer median lag ratios: " + ", ".join(
         f"{t} {statistics.median([x for x in lag[t] if x is not None]) / base:.0f}x"
-        for t in TOOLS[2:] if any(x is not None for x in lag[t])))
+        for t in TOOLS[3:] if any(x is not None for x in lag[t])))
+
+
+def section_probes(a, pool):
+    print("\n## Requests sent to a server that takes 3 s to start (through a counting relay; median of 3 runs)\n")
+    print("| tool | GET /health | generation requests | other |\n|---|---|---|---|")
+    for t in ["vigil", "vigil --log", "vigil --log --no-generate", "wait-on", "bash loop"]:
+        runs = [probe_count(t, 30) for _ in range(3)]
+        med = lambda f: statistics.median([f(r) for r in runs])
+        gen = lambda r: sum(v for k, v in r.items() if k in ("/completion", "/v1/completions", "/generate"))
+        other = lambda r: sum(v for k, v in r.items() if k not in ("/health", "/completion", "/v1/completions", "/generate"))
+        print(f"| {t} | {med(lambda r: r.get('/health', 0)):.0f} | {med(gen):.0f} | {med(other):.0f} |", flush=True)
+    print(f"\nThe server's own 2-token completion (median of 10, warm): {completion_ms():.1f} ms")
 
 
 def section_false(a, pool):
@@ -262,12 +363,13 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--cap", type=int, default=10)
     ap.add_argument("--overhead-secs", type=int, default=60)
-    ap.add_argument("--only", choices=["lag", "false", "stall", "overhead"], help="run one section")
+    ap.add_argument("--only", choices=["lag", "probes", "false", "stall", "overhead"], help="run one section")
     a = ap.parse_args()
     sshd = setup_sshd()
     pool = ThreadPoolExecutor(max_workers=8)
     try:
-        for name, fn in [("lag", section_lag), ("false", section_false), ("stall", section_stall), ("overhead", section_overhead)]:
+        for name, fn in [("lag", section_lag), ("probes", section_probes), ("false", section_false),
+                         ("stall", section_stall), ("overhead", section_overhead)]:
             if a.only in (None, name):
                 fn(a, pool)
         print("\nFan-out (1 and 10 hosts under --hosts) needs the remote issue (SSH), not built yet.")

@@ -189,6 +189,10 @@ pub struct HfInput {
     /// The context asked for (`--context-length` / `--max-model-len`, else the model's).
     #[serde(default)]
     pub context: Option<u64>,
+    /// vLLM `--max-num-batched-tokens`: the tokens of its profile run (None: vLLM's default, see
+    /// [`vllm_profile_tokens`]).
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u64>,
 }
 
 fn one() -> u64 {
@@ -289,17 +293,27 @@ pub fn sglang(i: &HfInput) -> Estimate {
     }
 }
 
+/// The tokens of vLLM's profile run: `GPUModelRunner.profile_run` runs `_dummy_run(max_num_tokens)`,
+/// `max_num_tokens = scheduler_config.max_num_batched_tokens`. Unset, `EngineArgs.get_batch_defaults`
+/// (engine/arg_utils.py) gives the API server 8192 on GPUs of 70 GiB or more (A100 excepted, which vigil
+/// cannot tell from the size alone) and 2048 below.
+pub fn vllm_profile_tokens(i: &HfInput) -> u64 {
+    i.max_num_batched_tokens.filter(|t| *t > 0).unwrap_or(if i.gpu_total_bytes >= 70 << 30 { 8192 } else { 2048 })
+}
+
 /// vLLM 0.33: `Worker.determine_available_memory` (v1/worker/gpu_worker.py): available KV =
 /// total × gpu_memory_utilization (`request_memory`, default 0.92) − non-KV memory (weights + peak
 /// activation + non-torch) − the CUDA graph estimate. The profile run is not reproducible offline:
-/// activations are taken as max_num_batched_tokens (8192) × (4·hidden + 3·intermediate/tp) × 2 bytes,
-/// plus 1 GiB for non-torch memory and CUDA graphs. Tokens: `get_kv_cache_capacity` → blocks × block size.
+/// activations are taken as the profile run's tokens ([`vllm_profile_tokens`]) × (4·hidden +
+/// 3·intermediate/tp) × 2 bytes, plus 1 GiB for non-torch memory and CUDA graphs. Tokens:
+/// `get_kv_cache_capacity` → blocks × block size.
 pub fn vllm(i: &HfInput) -> Estimate {
     let total = i.gpu_total_bytes as f64 / GIB;
     let util = i.mem_fraction.unwrap_or(0.92);
     let w = weights_per_gpu(i);
     let m = &i.model;
-    let act = 8192.0 * (4.0 * m.hidden as f64 + 3.0 * m.intermediate as f64 / i.tp.max(1) as f64) * 2.0 / GIB + 1.0;
+    let per_token = (4.0 * m.hidden as f64 + 3.0 * m.intermediate as f64 / i.tp.max(1) as f64) * 2.0;
+    let act = vllm_profile_tokens(i) as f64 * per_token / GIB + 1.0;
     let usable = total * util - act;
     let kv = (usable - w).max(0.0);
     let cell = kv_bytes_per_token(m, i.tp, i.pp, kv_dtype_bytes(i.kv_cache_dtype.as_deref(), m.dtype_bytes));
@@ -508,6 +522,7 @@ pub fn add_hf_findings(
         cpu_offload_gib: argv_flag(&["--cpu-offload-gb"]).and_then(|v| v.parse().ok()).unwrap_or(0.0),
         gpu_total_bytes: gpu_bytes,
         context: Some(if sglang { l.context_length } else { l.max_model_len }.unwrap_or(ctx_model)),
+        max_num_batched_tokens: argv_flag(&["--max-num-batched-tokens"]).and_then(|v| v.parse().ok()),
     };
     let e = if sglang { self::sglang(&input) } else { vllm(&input) };
     report(&e, &src, sglang, rep);
@@ -725,6 +740,17 @@ mod tests {
         // 0.5.23 on an 80 GB H100 (81559 MiB), TP 1: reserved 512 + 12288 + 128 + 512 = 13440 MB.
         assert_eq!(sglang_default_mem_fraction(81559.0, 1, 1), 0.835);
         assert!(sglang_default_mem_fraction(143771.0, 8, 1) > 0.88);
+    }
+
+    #[test]
+    fn vllm_profile_run_tokens() {
+        // `EngineArgs.get_batch_defaults`: 8192 for the API server at >= 70 GiB, 2048 below; the flag wins.
+        let mut i = HfInput { gpu_total_bytes: 81559 << 20, ..Default::default() };
+        assert_eq!(vllm_profile_tokens(&i), 8192);
+        i.gpu_total_bytes = 24576 << 20;
+        assert_eq!(vllm_profile_tokens(&i), 2048);
+        i.max_num_batched_tokens = Some(16384);
+        assert_eq!(vllm_profile_tokens(&i), 16384);
     }
 
     #[test]

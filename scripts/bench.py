@@ -139,10 +139,13 @@ def probe_log(d, runs=5):
     try:
         for _ in range(runs):
             t0 = time.monotonic()
-            p = subprocess.Popen([VIGIL, "probe", "--server", "sglang", "--log", path, "--timeout", "10s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            _, status, ru = os.wait4(p.pid, 0)
+            # /usr/bin/time reports the peak of vigil alone: a wait4 on a child forked from this (large) Python
+            # process would count the pages the fork shared before exec
+            tf = os.path.join(d, "time.txt")
+            subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf, VIGIL, "probe", "--server", "sglang", "--log", path,
+                            "--timeout", "10s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             times.append((time.monotonic() - t0) * 1000)
-            rss.append(ru.ru_maxrss / 1024)
+            rss.append(int(open(tf).read().split()[-1]) / 1024)
     finally:
         os.unlink(path)
     return times, rss

@@ -624,6 +624,15 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::Internal(format!("runtime: {e}")))
 }
 
+/// Runs a command's future to its end, then leaves at once: the runtime is shut down in the background, so
+/// the exit (what a script waiting on `vigil wait` sees) never waits on a source still blocked in a read.
+fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CliError> {
+    let rt = runtime()?;
+    let out = rt.block_on(f);
+    rt.shutdown_background();
+    Ok(out)
+}
+
 fn main() {
     let cli = Cli::parse();
     let code = match run(cli) {
@@ -681,13 +690,12 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Cmd::Wait { name, f } => {
             let mut w = f.into_args(&profiles)?;
-            let rt = runtime()?;
             // `wait NAME`: a run of `vigil up`, read from its run directory
             if let Some(n) = &name {
                 let (dir, rec) = run::load(n)?;
                 w.attach_run(&dir, &rec, &profiles, true);
             }
-            let out = rt.block_on(wait::run(w, profiles))?;
+            let out = block_on(wait::run(w, profiles))??;
             Ok(out.code)
         }
         Cmd::Up { up: f, cmd } => {
@@ -704,9 +712,9 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            runtime()?.block_on(up::up(f.into_args(cmd)?, profiles))
+            block_on(up::up(f.into_args(cmd)?, profiles))?
         }
-        Cmd::Restart { name, up: f } => runtime()?.block_on(up::restart(&name, f.into_args(vec![])?, profiles)),
+        Cmd::Restart { name, up: f } => block_on(up::restart(&name, f.into_args(vec![])?, profiles))?,
         Cmd::Down { names, all, pid, grace, json } => up::down(names, all, pid, grace, json),
         Cmd::Status { json } => up::status(json, &profiles),
         Cmd::Logs { name, follow, lines } => up::logs(&name, follow, lines),
@@ -755,11 +763,11 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             w.watch = true;
             w.json = json;
             w.attach_run(&dir, &rec, &profiles, true);
-            Ok(runtime()?.block_on(wait::run(w, profiles))?.code)
+            Ok(block_on(wait::run(w, profiles))??.code)
         }
         Cmd::Probe { name, url, log, generate, timeout, server, tls } => {
             let k = kprobe::Args { name, url, log, generate, timeout, server, tls: tls.into() };
-            runtime()?.block_on(kprobe::run(k, &profiles))
+            block_on(kprobe::run(k, &profiles))?
         }
         Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;

@@ -18,21 +18,8 @@ SHAPES = {
 }
 
 
-def copy_tokenizer(w, vocab_path):
-    r = gguf.GGUFReader(vocab_path)
-    n = None
-    for name, field in r.fields.items():
-        if not name.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        val = field.contents()
-        if vtype == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(name, val, vtype, sub_type=field.types[-1])
-            if name == "tokenizer.ggml.tokens":
-                n = len(val)
-        else:
-            w.add_key_value(name, val, vtype)
-    return n
+# The tokenizer copy is make_models.py's (beside this file; the script's folder is on sys.path).
+from make_models import copy_tokenizer  # noqa: E402
 
 
 def write(path, vocab, layers, d, heads, kv, ff, ctx):

@@ -215,14 +215,18 @@ pub(crate) fn hf_snapshot(repo: &Path) -> Option<PathBuf> {
     s.pop()
 }
 
+/// A model argument written as a path (absolute, `./`, `../`, `~`), never a Hugging Face id.
+pub(crate) fn path_like(m: &str) -> bool {
+    m.starts_with('/') || m.starts_with("./") || m.starts_with("../") || m.starts_with('~')
+}
+
 /// A model argument → a local directory: the path itself, or the `refs/main` snapshot in the HF cache.
 pub(crate) fn resolve_model(m: &str, cwd: &Path) -> Result<(PathBuf, Option<PathBuf>), Unresolved> {
     let p = cwd.join(m);
     if p.exists() {
         return Ok((p, None));
     }
-    let path_like = m.starts_with('/') || m.starts_with("./") || m.starts_with("../") || m.starts_with('~');
-    if !path_like && m.matches('/').count() <= 1 {
+    if !path_like(m) && m.matches('/').count() <= 1 {
         let name = format!("models--{}", m.replace('/', "--"));
         for c in hf_cache_dirs() {
             let repo = c.join(&name);

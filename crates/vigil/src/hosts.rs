@@ -725,12 +725,7 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
                     w.tag = Some((h.clone(), rank));
                 }
                 // the run's secrets stored at launch: hidden as in every other output
-                let stored = crate::run::remote_secrets_path(&conn.dest, &name)
-                    .ok()
-                    .and_then(|p| crate::run::read_json::<crate::run::Secrets>(&p));
-                if let Some(s) = stored {
-                    w.secrets.extend(crate::run::secret_values(&s));
-                }
+                w.secrets.extend(crate::run::secret_values(&crate::run::stored_secrets(&name, Some(&conn.dest))));
                 match attach(&conn, &name, &mut w, &profiles, rank.unwrap_or(0) == 0).await {
                     Ok(()) => res.set_outcome(wait::run(w, profiles).await),
                     Err(e) => res.set_outcome(Err(e)),
@@ -1181,8 +1176,7 @@ async fn check_report(
             missing.push(m.clone());
             // as locally: a path is an error every server confirms; a name that may be a Hugging Face id
             // is downloaded by the server on the node
-            let path_like = m.starts_with('/') || m.starts_with("./") || m.starts_with("../") || m.starts_with('~');
-            notes.push(if path_like {
+            notes.push(if check::path_like(&m) {
                 (
                     Severity::Error,
                     "model".into(),

@@ -138,7 +138,7 @@ pub fn main(dir: PathBuf) -> i32 {
     let Some(rec) = run::read_json::<RunRecord>(&dir.join("run.json")) else {
         return 2;
     };
-    let secrets: Secrets = run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
+    let secrets: Secrets = run::stored_secrets(&rec.name, None);
     let (argv, env) = run::unredact(&rec, &secrets);
     let me = std::process::id() as i32;
     // SAFETY: prctl with constant arguments.

@@ -112,12 +112,7 @@ pub const LOG_TAIL: u64 = 1 << 20;
 /// at a line boundary when it does not start at the file's beginning.
 pub fn read_tail(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    use std::os::unix::fs::OpenOptionsExt;
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let mut f = crate::procs::open_regular(path)?;
     let len = f.metadata()?.len();
     let start = len.saturating_sub(max);
     f.seek(SeekFrom::Start(start))?;

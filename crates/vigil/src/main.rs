@@ -81,12 +81,10 @@ pub async fn interrupt(shared: bool) {
     }
 }
 
-/// Runs blocking work (file reads, child processes) on its own thread so that Ctrl-C / SIGTERM end the
-/// command promptly with exit 130 whatever the work is waiting on.
-fn interruptible<T>(work: impl FnOnce() -> T + Send + 'static) -> T
-where
-    T: From<InterruptedMarker> + Send + 'static,
-{
+/// Runs a blocking command (file reads, child processes) on its own thread so that Ctrl-C / SIGTERM end it
+/// promptly with exit 130 whatever the work is waiting on.
+fn interruptible(work: impl FnOnce() -> Result<i32, CliError> + Send + 'static) -> Result<i32, CliError> {
+    use std::sync::mpsc::RecvTimeoutError;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(work());
@@ -94,31 +92,14 @@ where
     loop {
         match rx.recv_timeout(std::time::Duration::from_millis(20)) {
             Ok(v) => return v,
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return T::from(InterruptedMarker::Panicked);
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(CliError::Internal("the command's worker stopped unexpectedly".into()))
             }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if take_interrupt() => {
-                return T::from(InterruptedMarker::Interrupted);
-            }
-            Err(_) => {}
-        }
-    }
-}
-
-/// How an [`interruptible`] piece of work ended without its own result.
-enum InterruptedMarker {
-    Interrupted,
-    Panicked,
-}
-
-impl From<InterruptedMarker> for Result<i32, CliError> {
-    fn from(m: InterruptedMarker) -> Self {
-        match m {
-            InterruptedMarker::Interrupted => {
+            Err(RecvTimeoutError::Timeout) if take_interrupt() => {
                 eprintln!("vigil: interrupted");
-                Ok(exit::INTERRUPTED)
+                return Ok(exit::INTERRUPTED);
             }
-            InterruptedMarker::Panicked => Err(CliError::Internal("the check stopped unexpectedly".into())),
+            Err(RecvTimeoutError::Timeout) => {}
         }
     }
 }

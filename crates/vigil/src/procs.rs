@@ -336,14 +336,12 @@ pub const SERVER_PATTERNS: &[(&str, &str)] = &[
     ("tgi", r"text-generation-launcher|text-generation-server|text-generation-router"),
 ];
 
-/// Reads a small regular file, at most `max` bytes: a FIFO, a device or a socket is refused (reading one
-/// can block forever or never end), and a larger file is an error, never a growing buffer.
-pub fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
+/// Opens a regular file for reading; a FIFO, a device or a socket is refused. Looked at before opening
+/// (opening a FIFO for reading blocks until a writer comes), and opened non-blocking so that a file swapped
+/// for a FIFO in between cannot block either.
+pub fn open_regular(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let not_regular = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-    // Looked at before opening (opening a FIFO for reading blocks until a writer comes), and opened
-    // non-blocking so that a file swapped for a FIFO in between cannot block either.
     if !std::fs::metadata(path)?.is_file() {
         return Err(not_regular());
     }
@@ -351,6 +349,14 @@ pub fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> 
     if !f.metadata()?.is_file() {
         return Err(not_regular());
     }
+    Ok(f)
+}
+
+/// Reads a small regular file, at most `max` bytes: a FIFO, a device or a socket is refused (reading one
+/// can block forever or never end), and a larger file is an error, never a growing buffer.
+pub fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = open_regular(path)?;
     let mut buf = Vec::new();
     f.take(max + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > max {

@@ -241,11 +241,7 @@ impl Redactor {
 
     /// The stored secrets of a run (local, or `host` for a run on a remote node); none when there are none.
     pub fn for_run(name: &str, host: Option<&str>) -> Redactor {
-        let p = match host {
-            None => secrets_path(name),
-            Some(h) => remote_secrets_path(h, name),
-        };
-        p.ok().and_then(|p| read_json::<Secrets>(&p)).map(|s| Redactor::from_secrets(&s)).unwrap_or_default()
+        Redactor::from_secrets(&stored_secrets(name, host))
     }
 
     /// A value that must never be printed (short values are not redacted: they would mangle text).
@@ -267,6 +263,16 @@ impl Redactor {
         }
         out
     }
+}
+
+/// The secrets kept apart for a run (`host`: a run on a remote node); empty when there are none or they
+/// cannot be read.
+pub fn stored_secrets(name: &str, host: Option<&str>) -> Secrets {
+    let p = match host {
+        None => secrets_path(name),
+        Some(h) => remote_secrets_path(h, name),
+    };
+    p.ok().and_then(|p| read_json(&p)).unwrap_or_default()
 }
 
 /// Where the secret values of a run on a remote node are kept on this machine (0600), so that

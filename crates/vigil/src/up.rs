@@ -651,7 +651,7 @@ pub fn logs(name: &str, follow: bool, n: usize) -> Result<i32, CliError> {
 
 pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
     let (dir, rec) = run::load(name)?;
-    let secrets: Secrets = run::secrets_path(name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
+    let secrets: Secrets = run::stored_secrets(name, None);
     let (argv, mut env) = run::unredact(&rec, &secrets);
     // records written before vigil kept systemd's variables out still hold them: never replay them
     env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));

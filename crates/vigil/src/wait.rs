@@ -136,8 +136,7 @@ impl Args {
         self.exit_state = Some(dir.join("state.json"));
         self.verdict_file = Some(dir.join("verdict.json"));
         self.run_name = self.run_name.take().or_else(|| Some(rec.name.clone()));
-        let secrets: run::Secrets =
-            run::secrets_path(&rec.name).ok().and_then(|p| run::read_json(&p)).unwrap_or_default();
+        let secrets: run::Secrets = run::stored_secrets(&rec.name, None);
         self.secrets.extend(run::secret_values(&secrets));
         if self.argv.is_empty() {
             self.argv = run::unredact(rec, &secrets).0;

@@ -152,7 +152,7 @@ pub struct Progress {
     pub detail: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TimelineEntry {
     pub phase: Phase,
     /// Milliseconds from the first timed fact; null when the log gave no time.
@@ -162,7 +162,7 @@ pub struct TimelineEntry {
 }
 
 /// The verdict with everything needed to explain it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Report {
     pub verdict: Verdict,
     pub phase: Phase,

@@ -4,6 +4,7 @@
 pub mod classify;
 pub mod judge;
 pub mod profile;
+pub mod proof;
 pub mod time;
 pub mod types;
 
@@ -11,6 +12,18 @@ pub use classify::{Classifier, Line};
 pub use judge::{Event, ExitInfo, Fact, GpuFact, Input, Judge, JudgeConfig, ProbeOutcome, Report};
 pub use profile::{Profile, Profiles};
 pub use types::{Cause, Phase, Verdict};
+
+/// The value of `--flag V` or `--flag=V` in an argument list.
+pub fn arg_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let eq = format!("{flag}=");
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == flag {
+            args.get(i + 1).map(|s| s.as_str())
+        } else {
+            a.strip_prefix(eq.as_str())
+        }
+    })
+}
 
 /// Runs a whole text through a classifier and an offline judge. Lines are split on `\n` and `\r`.
 pub fn diagnose_text(profiles: &Profiles, forced: Option<&str>, text: &str) -> Report {

@@ -31,6 +31,68 @@ pub struct ProfileFile {
     pub prefix: Vec<PrefixSpec>,
     #[serde(default)]
     pub rule: Vec<RuleSpec>,
+    /// How generation is proven (the request, where its answer's tokens and speculation numbers live).
+    pub proof: Option<ProofSpec>,
+    /// Command-line facts: when `/health` proves nothing, whether `check` reads an HF config.
+    #[serde(default)]
+    pub cmd: CmdSpec,
+}
+
+/// The generation proof of a server kind, as data. `body` is the JSON request, in which the strings
+/// `"$tokens"` and `"$model"` are replaced by the token count and the served model id; paths are JSON
+/// pointers (`/usage/completion_tokens`) tried in order.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProofSpec {
+    pub endpoint: String,
+    pub body: serde_json::Value,
+    /// The request needs a model id: `GET /v1/models` → `/data/0/id`, else the command's `--model`.
+    #[serde(default)]
+    pub needs_model: bool,
+    /// Where the count of generated tokens is.
+    pub tokens: Vec<String>,
+    /// Where the generated text is (one token is counted when a count is missing but text came back).
+    #[serde(default)]
+    pub text: Vec<String>,
+    /// Per-request speculation numbers in the answer: drafted and accepted token counts.
+    pub drafted: Option<String>,
+    pub accepted: Option<String>,
+    /// Speculation numbers from another endpoint: the average accept length (SGLang `/server_info`).
+    pub accept_length_endpoint: Option<String>,
+    #[serde(default)]
+    pub accept_length: Vec<String>,
+    /// When speculation was asked for and the proof shows no drafted tokens: `degraded` (the server
+    /// reports drafts per request, so none means off) or `unverified` (it reports none per request).
+    pub no_drafts: Option<String>,
+}
+
+impl ProofSpec {
+    /// Speculation with no drafted tokens in the proof is a degraded server (not merely unverified).
+    pub fn no_drafts_is_degraded(&self) -> bool {
+        self.no_drafts.as_deref() != Some("unverified")
+    }
+}
+
+/// Facts about a server's command line.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CmdSpec {
+    /// `/health` is a dummy that always answers 200 when this flag's value is at least `dummy_health_min`
+    /// (SGLang's non-zero `--node-rank`).
+    pub dummy_health_flag: Option<String>,
+    pub dummy_health_min: Option<u64>,
+    /// The model's configuration is a Hugging Face `config.json` that `check` reads (else GGUF or unknown).
+    #[serde(default)]
+    pub hf_config: bool,
+}
+
+impl CmdSpec {
+    /// Does this command line make `/health` a dummy?
+    pub fn dummy_health(&self, argv: &[String]) -> bool {
+        let Some(flag) = &self.dummy_health_flag else { return false };
+        let min = self.dummy_health_min.unwrap_or(1);
+        crate::arg_value(argv, flag).and_then(|v| v.parse::<u64>().ok()).is_some_and(|v| v >= min)
+    }
 }
 
 #[derive(Debug, Default, Deserialize, Clone)]
@@ -50,6 +112,8 @@ pub struct ServerSpec {
     pub port_opens: Option<String>,
     /// Per-phase stall limits in seconds, overriding the defaults.
     pub stall_secs: Option<BTreeMap<String, u64>>,
+    /// Process-title and command-line regexes of this server's processes (`vigil ps`).
+    pub ps: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize, Clone)]
@@ -209,6 +273,9 @@ pub struct Profile {
     pub probe_timeout_secs: f64,
     pub port_opens: Phase,
     pub stall_secs: BTreeMap<Phase, u64>,
+    pub ps: Vec<Regex>,
+    pub proof: Option<ProofSpec>,
+    pub cmd: CmdSpec,
     pub prefixes: Vec<Prefix>,
     pub rules: Vec<Rule>,
     /// All rule patterns in one set: one pass finds the first matching rule. Byte-oriented and ASCII-only
@@ -264,6 +331,9 @@ impl Profile {
             probe_timeout_secs: 5.0,
             port_opens: Phase::Http,
             stall_secs: BTreeMap::new(),
+            ps: vec![],
+            proof: None,
+            cmd: CmdSpec::default(),
             prefixes: vec![],
             rules: vec![],
             rule_set: std::sync::OnceLock::new(),
@@ -322,6 +392,24 @@ impl Profile {
                 self.stall_secs.insert(p, *v);
             }
         }
+        if let Some(v) = &s.ps {
+            self.ps = v.iter().map(|p| re(origin, "ps", p)).collect::<Result<_, _>>()?;
+        }
+        if let Some(p) = &f.proof {
+            if !p.endpoint.starts_with('/') || p.tokens.is_empty() {
+                return Err(ProfileError(format!("{origin}: proof: needs an endpoint path and `tokens`")));
+            }
+            if let Some(n) = p.no_drafts.as_deref().filter(|n| !matches!(*n, "degraded" | "unverified")) {
+                return Err(ProfileError(format!("{origin}: proof: no_drafts is degraded or unverified, not '{n}'")));
+            }
+            self.proof = Some(p.clone());
+        }
+        let c = &f.cmd;
+        if c.dummy_health_flag.is_some() {
+            self.cmd.dummy_health_flag = c.dummy_health_flag.clone();
+            self.cmd.dummy_health_min = c.dummy_health_min;
+        }
+        self.cmd.hf_config |= c.hf_config;
         let mut prefixes = Vec::new();
         for p in &f.prefix {
             let time = match &p.time {
@@ -449,6 +537,19 @@ impl Profiles {
         self.get("generic").expect("generic profile")
     }
 
+    /// The generation proof for a server kind: its own, else the framework layer's (OpenAI completions).
+    pub fn proof_for(&self, kind: Option<&str>) -> &ProofSpec {
+        kind.and_then(|k| self.get(k))
+            .and_then(|p| p.proof.as_ref())
+            .or(self.generic().proof.as_ref())
+            .expect("the generic profile has a proof")
+    }
+
+    /// The server kind whose process patterns match a process title or command line (`vigil ps`).
+    pub fn ps_kind(&self, cmdline: &str) -> Option<&str> {
+        self.list.iter().find(|p| p.ps.iter().any(|r| r.is_match(cmdline))).map(|p| p.name.as_str())
+    }
+
     pub fn names(&self) -> Vec<&str> {
         self.list.iter().map(|p| p.name.as_str()).collect()
     }
@@ -463,6 +564,33 @@ impl Profiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proofs_and_command_facts_are_data() {
+        let p = Profiles::builtin();
+        assert_eq!(p.proof_for(Some("llama-cpp")).endpoint, "/completion");
+        assert_eq!(p.proof_for(Some("sglang")).accept_length_endpoint.as_deref(), Some("/server_info"));
+        // kinds without their own proof use the framework layer's OpenAI completion
+        assert!(p.proof_for(Some("tgi")).needs_model && p.proof_for(None).needs_model);
+        assert!(!p.proof_for(Some("vllm")).no_drafts_is_degraded());
+        assert!(p.proof_for(Some("llama-cpp")).no_drafts_is_degraded());
+        let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let sg = &p.get("sglang").unwrap().cmd;
+        assert!(sg.dummy_health(&argv(&["x", "--node-rank", "1"])));
+        assert!(!sg.dummy_health(&argv(&["x", "--node-rank=0"])));
+        assert!(!p.get("vllm").unwrap().cmd.dummy_health(&argv(&["x", "--node-rank", "1"])));
+        assert_eq!(p.ps_kind("python3 -m sglang.launch_server --model m"), Some("sglang"));
+        assert_eq!(p.ps_kind("VLLM::EngineCore"), Some("vllm"));
+        assert_eq!(p.ps_kind("/opt/llama-server -m x.gguf"), Some("llama-cpp"));
+        assert_eq!(p.ps_kind("vim llama-server.txt"), None);
+    }
+
+    #[test]
+    fn a_bad_proof_section_is_an_error() {
+        let text = "name = \"x\"\n[proof]\nendpoint = \"gen\"\nbody = {}\ntokens = [\"/n\"]\n";
+        let err = Profiles::load(&[("u.toml".into(), text.into())]).unwrap_err();
+        assert!(err.0.contains("u.toml: proof: needs an endpoint path"), "{}", err.0);
+    }
 
     #[test]
     fn builtins_load() {

@@ -4,6 +4,7 @@
 //! metadata, never an import) and the machine (ports, GPUs, /dev/shm, disk, ulimit, NCCL_*).
 
 mod derive;
+pub mod fit;
 #[cfg(test)]
 mod golden;
 mod launch;
@@ -467,8 +468,8 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
         Some("llama-cpp") => check_gguf(inp, &l, &mut rep),
         _ => {}
     }
-    // Will it fit? (issue #13 item 5; warnings at most: crates/vigil/src/fit.rs).
-    crate::fit::add_findings(inp, &l, server.as_deref(), &mut rep);
+    // Will it fit? (issue #13 item 5; warnings at most: crates/vigil/src/check/fit.rs).
+    fit::add_findings(inp, &l, server.as_deref(), &mut rep);
     if inp.local_machine {
         check_env(inp, &l, server.as_deref(), profiles, &mut rep);
     }

@@ -253,17 +253,7 @@ pub fn cmdline(pid: i32) -> Option<Vec<String>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// The value of `--flag V` or `--flag=V` in an argument list.
-pub fn arg_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
-    let eq = format!("{flag}=");
-    args.iter().enumerate().find_map(|(i, a)| {
-        if a == flag {
-            args.get(i + 1).map(|s| s.as_str())
-        } else {
-            a.strip_prefix(eq.as_str())
-        }
-    })
-}
+pub use vigil_core::arg_value;
 
 #[cfg(test)]
 mod tests {

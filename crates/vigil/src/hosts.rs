@@ -1022,15 +1022,16 @@ struct RemotePsRow {
 }
 
 /// `vigil ps --host H`: inference servers on the host that `vigil up` did not start.
-pub async fn ps(hs: Hosts, json: bool) -> Result<i32, CliError> {
+pub async fn ps(hs: Hosts, json: bool, profiles: Profiles) -> Result<i32, CliError> {
     let rows = Arc::new(std::sync::Mutex::new(Vec::<RemotePsRow>::new()));
     let rows2 = rows.clone();
     let r = each_host(&hs, move |c: Arc<Conn>| {
         let rows = rows2.clone();
+        let profiles = profiles.clone();
         async move {
             let (_, out, _) = c.exec(&remote::ps_script(), Duration::from_secs(60)).await?;
             let text = String::from_utf8_lossy(&out).into_owned();
-            for row in parse_ps(&text) {
+            for row in parse_ps(&text, &profiles) {
                 rows.lock().unwrap().push(RemotePsRow { host: c.dest.clone(), ..row });
             }
             Ok(exit::READY)
@@ -1054,9 +1055,7 @@ pub async fn ps(hs: Hosts, json: bool) -> Result<i32, CliError> {
 }
 
 /// Parses the output of `ps_script`: processes, their socket inodes, then /proc/net/tcp{,6}.
-fn parse_ps(text: &str) -> Vec<RemotePsRow> {
-    let pats: Vec<(String, regex::Regex)> =
-        crate::procs::SERVER_PATTERNS.iter().map(|(k, p)| (k.to_string(), regex::Regex::new(p).unwrap())).collect();
+fn parse_ps(text: &str, profiles: &Profiles) -> Vec<RemotePsRow> {
     let mut procs: Vec<(i32, i32, Option<u64>, String)> = Vec::new();
     let mut socks: Vec<(i32, String)> = Vec::new();
     let mut listen: std::collections::HashMap<String, u16> = Default::default();
@@ -1094,7 +1093,7 @@ fn parse_ps(text: &str) -> Vec<RemotePsRow> {
         if pids.contains(ppid) || cmd.contains("vigil-keeper") {
             continue;
         }
-        let Some((kind, _)) = pats.iter().find(|(_, r)| r.is_match(cmd)) else { continue };
+        let Some(kind) = profiles.ps_kind(cmd) else { continue };
         let mut ports: Vec<u16> =
             socks.iter().filter(|(p, _)| p == pid).filter_map(|(_, i)| listen.get(i).copied()).collect();
         ports.sort();
@@ -1102,7 +1101,7 @@ fn parse_ps(text: &str) -> Vec<RemotePsRow> {
         rows.push(RemotePsRow {
             host: String::new(),
             pid: *pid,
-            server: kind.clone(),
+            server: kind.to_string(),
             age_s: *age,
             ports,
             cmd: crate::run::redact_cmdline(cmd),
@@ -1153,7 +1152,7 @@ async fn check_report(
     let mut back: Vec<(String, String)> = Vec::new(); // mirror dir -> HOST:remote dir
     let mut missing: Vec<String> = Vec::new();
     let mut notes: Vec<(Severity, String, String, Option<&'static str>)> = Vec::new();
-    let hf = matches!(kind.as_deref(), Some("sglang") | Some("vllm"));
+    let hf = kind.as_deref().and_then(|k| profiles.get(k)).is_some_and(|p| p.cmd.hf_config);
     for (i, m) in [l.model.clone(), l.draft.clone()].into_iter().enumerate() {
         let Some(m) = m else { continue };
         if !hf {
@@ -1268,13 +1267,13 @@ mod tests {
 
     #[test]
     fn ranks_are_substituted() {
-        let a: Vec<Vec<u8>> = ["sglang", "--node-rank", "0", "--port", "3000{node_rank}", "--nnodes", "{nnodes}"]
+        let a: Vec<Vec<u8>> = ["server", "--node-rank", "0", "--port", "3000{node_rank}", "--nnodes", "{nnodes}"]
             .iter()
             .map(|s| s.as_bytes().to_vec())
             .collect();
         let r = rank_argv(&a, 1, 2);
         let s: Vec<String> = r.iter().map(|x| lossy(x)).collect();
-        assert_eq!(s, ["sglang", "--node-rank", "1", "--port", "30001", "--nnodes", "2"]);
+        assert_eq!(s, ["server", "--node-rank", "1", "--port", "30001", "--nnodes", "2"]);
         let b = vec![b"x".to_vec(), b"--node-rank=0".to_vec()];
         assert_eq!(rank_argv(&b, 3, 4)[1], b"--node-rank=3".to_vec());
     }
@@ -1282,7 +1281,7 @@ mod tests {
     #[test]
     fn remote_ps_output_is_parsed() {
         let text = "41\t1\t120\t/opt/llama-server -m m.gguf --port 8080 --api-key sk-secret-1234 \nsock 41 [777]\nsock 41 [778]\n42\t41\t119\t/opt/llama-server child\n50\t1\t5\tvim llama-server.txt\ntcp\n  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1\n";
-        let rows = parse_ps(text);
+        let rows = parse_ps(text, &Profiles::builtin());
         assert_eq!(rows.len(), 1, "the child is shown with its parent; vim is not a server");
         assert_eq!(rows[0].pid, 41);
         assert_eq!(rows[0].ports, vec![8080]);

@@ -96,7 +96,8 @@ pub async fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
     }
     if generate {
         let left = timeout.saturating_sub(t0.elapsed()).max(Duration::from_millis(100));
-        let g = crate::proof::generate(server.as_deref(), &t, left, None).await;
+        let spec = profiles.proof_for(server.as_deref());
+        let g = crate::proof::generate_with(spec, &t, left, None, None, crate::proof::proof_tokens(false), false).await;
         if !g.ok {
             return Ok(line(false, &format!("health OK, generation fails: {}", g.note)));
         }

@@ -1,10 +1,10 @@
 //! vigil: brings up and watches LLM inference servers.
 
 mod check;
+use check::fit;
 mod cli;
 mod diagnose;
 mod exit;
-mod fit;
 mod follow;
 mod gguf;
 mod gpu;
@@ -699,7 +699,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         Cmd::Down { names, all, pid, grace, json } => up::down(names, all, pid, grace, json),
         Cmd::Status { json } => up::status(json, &profiles),
         Cmd::Logs { name, follow, lines } => up::logs(&name, follow, lines),
-        Cmd::Ps { json } => up::ps(json),
+        Cmd::Ps { json } => up::ps(json, &profiles),
         Cmd::Gpu { json } => {
             let reader = match gpu::Reader::open() {
                 Ok(r) => r,
@@ -805,7 +805,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
         }
         Cmd::Status { json } => rt.block_on(hosts::status(hs, json, profiles)),
         Cmd::Logs { name, follow, lines } => rt.block_on(hosts::logs(hs, name, follow, lines)),
-        Cmd::Ps { json } => rt.block_on(hosts::ps(hs, json)),
+        Cmd::Ps { json } => rt.block_on(hosts::ps(hs, json, profiles)),
         Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
             if let Some(b) = gpu_mem {
@@ -817,7 +817,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
     }
 }
 
-/// `check --gpu-mem SIZE` (crates/vigil/src/fit.rs `parse_size`).
+/// `check --gpu-mem SIZE` (crates/vigil/src/check/fit.rs `parse_size`).
 fn parse_gpu_mem(s: &str) -> Result<u64, String> {
     fit::parse_size(s).ok_or_else(|| format!("not a size: '{s}' (say 80g, 141GiB or 81559m)"))
 }

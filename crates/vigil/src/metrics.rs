@@ -335,7 +335,7 @@ mod tests {
     fn one_label_set_and_one_phase_and_verdict() {
         let m = Metrics::new("kimi", None, 2);
         m.update(Phase::Weights, Duration::ZERO, Verdict::Starting);
-        m.set_server("sglang");
+        m.set_server("kind-a");
         m.update(Phase::KvCache, Duration::from_millis(5), Verdict::Starting);
         m.update(Phase::Serving, Duration::ZERO, Verdict::Ready);
         for f in [Format::Text, Format::OpenMetrics] {
@@ -343,15 +343,15 @@ mod tests {
             assert!(!body.contains("unknown"), "{body}");
             let s = samples(&body);
             for k in s.keys() {
-                assert!(k.contains("run=\"kimi\",server=\"sglang\""), "unlabelled: {k}");
+                assert!(k.contains("run=\"kimi\",server=\"kind-a\""), "unlabelled: {k}");
             }
             let ones = |prefix: &str| s.iter().filter(|(k, v)| k.starts_with(prefix) && **v == 1.0).count();
             assert_eq!(ones("vigil_phase{"), 1, "{body}");
             assert_eq!(ones("vigil_verdict{"), 1, "{body}");
-            assert_eq!(s["vigil_verdict{run=\"kimi\",server=\"sglang\",verdict=\"ready\"}"], 1.0);
-            assert_eq!(s["vigil_restarts_total{run=\"kimi\",server=\"sglang\"}"], 2.0);
+            assert_eq!(s["vigil_verdict{run=\"kimi\",server=\"kind-a\",verdict=\"ready\"}"], 1.0);
+            assert_eq!(s["vigil_restarts_total{run=\"kimi\",server=\"kind-a\"}"], 2.0);
             assert_eq!(
-                s["vigil_phase_duration_seconds_count{run=\"kimi\",server=\"sglang\",phase=\"weights\"}"], 1.0,
+                s["vigil_phase_duration_seconds_count{run=\"kimi\",server=\"kind-a\",phase=\"weights\"}"], 1.0,
                 "{body}"
             );
             // every family has HELP and TYPE
@@ -372,13 +372,12 @@ mod tests {
 
     #[test]
     fn histogram_is_cumulative() {
-        let m = Metrics::new("r", Some("llama-cpp"), 0);
+        let m = Metrics::new("r", Some("kind-b"), 0);
         for v in [0.001, 0.02, 0.02, 3.0, 100.0] {
             m.probe_latency(v);
         }
         let s = samples(&m.render(Format::Text));
-        let b =
-            |le: &str| s[&format!("vigil_probe_latency_seconds_bucket{{run=\"r\",server=\"llama-cpp\",le=\"{le}\"}}")];
+        let b = |le: &str| s[&format!("vigil_probe_latency_seconds_bucket{{run=\"r\",server=\"kind-b\",le=\"{le}\"}}")];
         assert_eq!((b("0.005"), b("0.025"), b("5"), b("30"), b("+Inf")), (1.0, 3.0, 4.0, 4.0, 5.0));
     }
 

@@ -328,14 +328,6 @@ pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut 
     StopReport { stopped, survivors, elapsed_ms: t0.elapsed().as_millis() as u64 }
 }
 
-/// Patterns of inference servers, by process title and command line.
-pub const SERVER_PATTERNS: &[(&str, &str)] = &[
-    ("sglang", r"sglang::scheduler|sglang::detokenizer|sglang::data_parallel|sglang\.launch_server|sglang serve"),
-    ("vllm", r"VLLM::EngineCore|VLLM::Worker_TP|vllm serve|vllm\.entrypoints"),
-    ("llama-cpp", r"(?:^|/)llama-server(?:\s|$)"),
-    ("tgi", r"text-generation-launcher|text-generation-server|text-generation-router"),
-];
-
 /// Opens a regular file for reading; a FIFO, a device or a socket is refused. Looked at before opening
 /// (opening a FIFO for reading blocks until a writer comes), and opened non-blocking so that a file swapped
 /// for a FIFO in between cannot block either.

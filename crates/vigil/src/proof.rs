@@ -4,17 +4,8 @@
 use crate::probe::{self, Target};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct GenProof {
-    pub ok: bool,
-    pub endpoint: String,
-    pub tokens: u64,
-    pub ms: u64,
-    pub note: String,
-    /// (drafted, accepted) when the server reports it.
-    pub spec: Option<(u64, u64)>,
-}
+use vigil_core::profile::ProofSpec;
+pub use vigil_core::proof::{Generation, SpecStats};
 
 /// Does the command ask for speculative decoding?
 pub fn wants_speculation(argv: &[String]) -> bool {
@@ -42,11 +33,6 @@ pub fn proof_tokens(wants_spec: bool) -> u32 {
     }
 }
 
-/// Sends one small greedy completion and checks that the answer has tokens.
-pub async fn generate(kind: Option<&str>, t: &Target, timeout: Duration, bearer: Option<&str>) -> GenProof {
-    generate_with(kind, t, timeout, bearer, None, proof_tokens(false)).await
-}
-
 /// The model a command serves (`serve MODEL`, `--model`, `--model-path`, `-m`), for OpenAI-style requests.
 pub fn model_hint(argv: &[String]) -> Option<String> {
     crate::follow::arg_value(argv, "--model")
@@ -61,16 +47,35 @@ pub fn model_hint(argv: &[String]) -> Option<String> {
         })
 }
 
+/// Fills the profile's request body: `"$tokens"` becomes the token count, `"$model"` the model id.
+fn fill(v: &Value, tokens: u32, model: Option<&str>) -> Value {
+    match v {
+        Value::String(s) if s == "$tokens" => Value::from(tokens),
+        Value::String(s) if s == "$model" => Value::from(model.unwrap_or_default()),
+        Value::Array(a) => Value::Array(a.iter().map(|x| fill(x, tokens, model)).collect()),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), fill(x, tokens, model))).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The first of the JSON pointers that holds a value.
+fn first<'a>(v: &'a Value, paths: &[String]) -> Option<&'a Value> {
+    paths.iter().find_map(|p| v.pointer(p).filter(|x| !x.is_null()))
+}
+
+/// Sends one small greedy completion as the server kind's profile describes it (`[proof]`) and checks
+/// that the answer has tokens; with speculation asked for, reads the speculation numbers too.
 pub async fn generate_with(
-    kind: Option<&str>,
+    spec: &ProofSpec,
     t: &Target,
     timeout: Duration,
     bearer: Option<&str>,
     hint: Option<String>,
     tokens: u32,
-) -> GenProof {
+    wants_spec: bool,
+) -> Generation {
     let t0 = Instant::now();
-    let fail = |endpoint: &str, note: String| GenProof {
+    let fail = |endpoint: &str, note: String| Generation {
         ok: false,
         endpoint: endpoint.into(),
         tokens: 0,
@@ -78,30 +83,21 @@ pub async fn generate_with(
         note,
         spec: None,
     };
-    let (endpoint, body) = match kind {
-        Some("llama-cpp") => (
-            "/completion".to_string(),
-            serde_json::json!({"prompt": "Hello, my name is", "n_predict": tokens, "temperature": 0, "top_k": 1, "cache_prompt": false}),
-        ),
-        Some("sglang") => (
-            "/generate".to_string(),
-            serde_json::json!({"text": "The capital city of France is", "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}),
-        ),
-        _ => {
-            // OpenAI-compatible servers need the model id first.
-            let model = match probe::request(t, "GET", "/v1/models", None, timeout, bearer).await {
-                Ok((200, b)) => {
-                    serde_json::from_slice::<Value>(&b).ok().and_then(|v| v["data"][0]["id"].as_str().map(String::from))
-                }
-                _ => None,
-            };
-            let Some(model) = model.or(hint) else { return fail("/v1/models", "no model id from /v1/models".into()) };
-            (
-                "/v1/completions".to_string(),
-                serde_json::json!({"model": model, "prompt": "Hello, my name is", "max_tokens": tokens, "temperature": 0}),
-            )
-        }
+    let model = if spec.needs_model {
+        // OpenAI-compatible servers need the model id first.
+        let model = match probe::request(t, "GET", "/v1/models", None, timeout, bearer).await {
+            Ok((200, b)) => {
+                serde_json::from_slice::<Value>(&b).ok().and_then(|v| v["data"][0]["id"].as_str().map(String::from))
+            }
+            _ => None,
+        };
+        let Some(model) = model.or(hint) else { return fail("/v1/models", "no model id from /v1/models".into()) };
+        Some(model)
+    } else {
+        None
     };
+    let endpoint = spec.endpoint.clone();
+    let body = fill(&spec.body, tokens, model.as_deref());
     let (code, b) = match probe::request(t, "POST", &endpoint, Some(&body.to_string()), timeout, bearer).await {
         Ok(x) => x,
         Err(e) => return fail(&endpoint, e),
@@ -109,43 +105,59 @@ pub async fn generate_with(
     let ms = t0.elapsed().as_millis() as u64;
     if code != 200 {
         let snippet: String = String::from_utf8_lossy(&b).chars().take(200).collect();
-        return GenProof { ok: false, endpoint, tokens: 0, ms, note: format!("HTTP {code}: {snippet}"), spec: None };
+        return Generation { ok: false, endpoint, tokens: 0, ms, note: format!("HTTP {code}: {snippet}"), spec: None };
     }
     let Ok(v) = serde_json::from_slice::<Value>(&b) else {
-        return GenProof { ok: false, endpoint, tokens: 0, ms, note: "answer is not JSON".into(), spec: None };
+        return Generation { ok: false, endpoint, tokens: 0, ms, note: "answer is not JSON".into(), spec: None };
     };
-    let (tokens, text_len, spec) = match kind {
-        Some("llama-cpp") => {
-            let tm = &v["timings"];
-            let spec = num(&tm["draft_n"]).map(|d| (d, num(&tm["draft_n_accepted"]).unwrap_or(0)));
-            (
-                num(&v["tokens_predicted"]).or(num(&tm["predicted_n"])).unwrap_or(0),
-                v["content"].as_str().map_or(0, |s| s.len()),
-                spec,
-            )
-        }
-        Some("sglang") => {
-            (num(&v["meta_info"]["completion_tokens"]).unwrap_or(0), v["text"].as_str().map_or(0, |s| s.len()), None)
-        }
-        _ => (
-            num(&v["usage"]["completion_tokens"]).unwrap_or(0),
-            v["choices"][0]["text"].as_str().map_or(0, |s| s.len()),
-            None,
-        ),
-    };
-    let tokens = if tokens == 0 && text_len > 0 { 1 } else { tokens };
+    let count = first(&v, &spec.tokens).and_then(num).unwrap_or(0);
+    let text_len = first(&v, &spec.text).and_then(Value::as_str).map_or(0, str::len);
+    let mut stats = spec.drafted.as_deref().and_then(|d| v.pointer(d)).and_then(num).map(|drafted| {
+        let accepted = spec.accepted.as_deref().and_then(|a| v.pointer(a)).and_then(num).unwrap_or(0);
+        SpecStats::Counts { drafted, accepted }
+    });
+    let tokens = if count == 0 && text_len > 0 { 1 } else { count };
     if tokens == 0 {
-        return GenProof { ok: false, endpoint, tokens: 0, ms, note: "the answer has no tokens".into(), spec };
+        return Generation { ok: false, endpoint, tokens: 0, ms, note: "the answer has no tokens".into(), spec: stats };
     }
-    GenProof { ok: true, endpoint, tokens, ms, note: format!("{tokens} tokens in {ms} ms"), spec }
+    if let (true, Some(ep)) = (wants_spec, &spec.accept_length_endpoint) {
+        stats = accept_length(t, ep, &spec.accept_length, timeout, bearer)
+            .await
+            .map(|accept_length| SpecStats::AcceptLength { accept_length });
+    }
+    Generation { ok: true, endpoint, tokens, ms, note: format!("{tokens} tokens in {ms} ms"), spec: stats }
 }
 
-/// SGLang: `/server_info` → `internal_states[0].avg_spec_accept_length` (older: top level).
-pub async fn sglang_accept_length(t: &Target, timeout: Duration, bearer: Option<&str>) -> Option<f64> {
-    let (code, b) = probe::request(t, "GET", "/server_info", None, timeout, bearer).await.ok()?;
+/// The average accept length a server publishes on its own endpoint (SGLang: `/server_info`).
+async fn accept_length(
+    t: &Target,
+    endpoint: &str,
+    paths: &[String],
+    timeout: Duration,
+    bearer: Option<&str>,
+) -> Option<f64> {
+    let (code, b) = probe::request(t, "GET", endpoint, None, timeout, bearer).await.ok()?;
     if code != 200 {
         return None;
     }
     let v: Value = serde_json::from_slice(&b).ok()?;
-    v["internal_states"][0]["avg_spec_accept_length"].as_f64().or_else(|| v["avg_spec_accept_length"].as_f64())
+    first(&v, paths).and_then(Value::as_f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_filled() {
+        let body = serde_json::json!({"model": "$model", "n": "$tokens", "nested": {"max": "$tokens"}, "keep": 0});
+        let b = fill(&body, 16, Some("m"));
+        assert_eq!(b, serde_json::json!({"model": "m", "n": 16, "nested": {"max": 16}, "keep": 0}));
+    }
+
+    #[test]
+    fn answers_are_read_by_pointer() {
+        let v: Value = serde_json::json!({"timings": {"predicted_n": 3}, "content": "abc"});
+        assert_eq!(first(&v, &["/tokens_predicted".into(), "/timings/predicted_n".into()]).and_then(num), Some(3));
+    }
 }

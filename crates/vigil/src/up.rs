@@ -680,9 +680,7 @@ struct PsRow {
 }
 
 /// Inference servers on this machine that vigil did not start.
-pub fn ps(json: bool) -> Result<i32, CliError> {
-    let pats: Vec<(String, regex::Regex)> =
-        procs::SERVER_PATTERNS.iter().map(|(k, p)| (k.to_string(), regex::Regex::new(p).unwrap())).collect();
+pub fn ps(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
     let all = procs::all_procs();
     let keepers: Vec<i32> = all
         .iter()
@@ -696,8 +694,8 @@ pub fn ps(json: bool) -> Result<i32, CliError> {
             continue;
         }
         let cmd = cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| p.comm.clone());
-        if let Some((k, _)) = pats.iter().find(|(_, r)| r.is_match(&cmd) || r.is_match(&p.comm)) {
-            matched.push((p.pid, p.ppid, k.clone(), cmd));
+        if let Some(k) = profiles.ps_kind(&cmd).or_else(|| profiles.ps_kind(&p.comm)) {
+            matched.push((p.pid, p.ppid, k.to_string(), cmd));
         }
     }
     let pids: std::collections::BTreeSet<i32> = matched.iter().map(|m| m.0).collect();

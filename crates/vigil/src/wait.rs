@@ -12,13 +12,14 @@ use crate::follow::{self, SourceMsg};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::probe::{self, ProbeResult, Target};
-use crate::proof::{self, GenProof};
+use crate::proof::{self, Generation};
 use crate::report::Reporter;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use vigil_core::judge::fmt_ms;
+use vigil_core::proof::{Proof, ProofConfig, Step};
 use vigil_core::{
     Classifier, Event, ExitInfo, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Report, Verdict,
 };
@@ -195,13 +196,6 @@ impl Sinks {
     }
 }
 
-enum Stage {
-    Starting,
-    /// Health is good; proving that generation works. (first attempt, the judge's ready report)
-    Proving(Instant, Box<Report>),
-    Watching,
-}
-
 async fn pending<T>(h: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
     match h.as_mut() {
         Some(h) => h.await,
@@ -266,9 +260,8 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     }
     let server_name = a.server.clone().or_else(|| profiles.detect_cmd(&argv).map(String::from));
     let forced = server_name.as_ref().and_then(|s| profiles.get(s)).cloned();
-    // SGLang nodes with --node-rank >= 1 serve a dummy /health that is always 200: never proof of readiness.
-    let dummy_health = forced.as_ref().is_some_and(|p| p.name == "sglang")
-        && follow::arg_value(&argv, "--node-rank").and_then(|v| v.parse::<u32>().ok()).is_some_and(|r| r >= 1);
+    // Some nodes serve a dummy /health that is always 200 (SGLang's --node-rank >= 1): never proof of readiness.
+    let dummy_health = forced.as_ref().is_some_and(|p| p.cmd.dummy_health(&argv));
     let cmd_port = follow::arg_value(&argv, "--port").and_then(|p| p.parse::<u16>().ok());
     let target = match (&a.url, &forced) {
         (Some(u), _) => Some(Target::parse_with(u, &a.tls).map_err(CliError::usage)?),
@@ -410,8 +403,16 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     }
     let mut last_gpu: Option<crate::gpu::Held> = None;
 
-    if dummy_health {
-        rep.note(0, "SGLang --node-rank >= 1: its /health is a dummy that always answers 200; readiness comes from the log only");
+    if let (true, Some(p)) = (dummy_health, &forced) {
+        let flag = p.cmd.dummy_health_flag.as_deref().unwrap_or_default();
+        let v = follow::arg_value(&argv, flag).unwrap_or_default();
+        rep.note(
+            0,
+            &format!(
+                "{} {flag} {v}: its /health is a dummy that always answers 200; readiness comes from the log only",
+                p.name
+            ),
+        );
     }
     if rep.mode == crate::report::Mode::Json {
         let mut start = serde_json::json!({"event": "start", "t_ms": 0});
@@ -438,13 +439,20 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     let mut probe_asap = false;
     let mut log_says_up = false;
     let mut probe_task: Option<JoinHandle<ProbeResult>> = None;
-    let mut gen_task: Option<JoinHandle<GenProof>> = None;
+    let mut gen_task: Option<JoinHandle<Generation>> = None;
     let mut next_gen = Instant::now();
     let mut last_probe: Option<(ProbeOutcome, String)> = None;
     let mut cert_noted = false;
     let mut lines_open = has_log;
     let mut squatter_noted = false;
-    let mut stage = Stage::Starting;
+    let mut proof = Proof::new(ProofConfig {
+        generate,
+        wants_spec,
+        no_drafts_degraded: profiles.proof_for(server.as_deref()).no_drafts_is_degraded(),
+        timeout_ms: a.generate_timeout.as_millis() as u64,
+        retry_ms: 1000,
+        watch: a.watch,
+    });
     // An exit is judged only once the log has caught up (quiet for EXIT_DRAIN, at most EXIT_DRAIN_MAX):
     // the last lines a dying server writes hold the cause.
     const EXIT_DRAIN: Duration = Duration::from_millis(150);
@@ -457,11 +465,11 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
 
     loop {
         let mut events: Vec<Event> = Vec::new();
-        let mut gen_done: Option<GenProof> = None;
+        let mut gen_done: Option<Generation> = None;
         let mut exit_now: Option<ExitInfo> = None;
         tokio::select! {
             _ = crate::interrupt(a.tag.is_some()) => {
-                if matches!(stage, Stage::Watching) {
+                if proof.watching() {
                     // After ready, SIGTERM is an orderly stop (systemctl stop, docker stop): exit 0.
                     let term = crate::last_interrupt_was_sigterm();
                     rep.note(ms(), if term { "SIGTERM while watching: stopping in order" } else { "interrupted while watching" });
@@ -491,6 +499,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                         if let Some(k) = classifier.kind() {
                             server = Some(k.name.clone());
                             judge.set_server(&k.name);
+                            proof.config_mut().no_drafts_degraded = profiles.proof_for(Some(&k.name)).no_drafts_is_degraded();
                             if a.probe_timeout.is_none() {
                                 probe_timeout = Duration::from_secs_f64(k.probe_timeout_secs);
                             }
@@ -563,20 +572,22 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 if let Some(m) = &metrics {
                     m.probe_latency(r.latency.as_secs_f64());
                 }
-                let mut outcome = if dummy_health && r.outcome == ProbeOutcome::Ok { ProbeOutcome::NotReady } else { r.outcome };
-                // A 200 from a process outside the server's tree (a squatter on the port) proves nothing.
-                if outcome == ProbeOutcome::Ok && !matches!(stage, Stage::Watching) {
+                // A 200 from a process outside the server's tree (a squatter on the port) proves nothing:
+                // asked only before ready, where it matters and the scan is affordable.
+                let mut foreign = None;
+                if r.outcome == ProbeOutcome::Ok && !dummy_health && !proof.watching() {
                     if let (Some(pid), Some(t)) = (a.pid, &target) {
-                        if let Some(h) = foreign_holder(pid, t) {
-                            if !squatter_noted {
-                                rep.note(ms(), &format!("port {} answers, but it is held by pid {} ({}), not the server's process tree: not ready", t.port, h.0, rep.redact(&h.1)));
-                                squatter_noted = true;
-                            }
-                            outcome = ProbeOutcome::NotReady;
-                        }
+                        foreign = foreign_holder(pid, t).map(|h| (t.port, h));
                     }
                 }
-                if outcome == ProbeOutcome::Ok && matches!(stage, Stage::Watching) {
+                if let Some((port, h)) = &foreign {
+                    if !squatter_noted {
+                        rep.note(ms(), &format!("port {port} answers, but it is held by pid {} ({}), not the server's process tree: not ready", h.0, rep.redact(&h.1)));
+                        squatter_noted = true;
+                    }
+                }
+                let outcome = vigil_core::proof::health_fact(r.outcome, dummy_health, foreign.is_some());
+                if outcome == ProbeOutcome::Ok && proof.watching() {
                     if let Some(n) = &mut sinks.notifier {
                         n.healthy();
                     }
@@ -622,7 +633,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             // After ready, an exit that was asked for (`vigil down`) or a clean status 0 ends the watch in
             // order: not a crash, and not a later "unhealthy" from probes of a server that is gone.
             let asked = a.exit_state.as_ref().and_then(|p| p.parent()).is_some_and(|d| d.join("stop.json").exists());
-            if matches!(stage, Stage::Watching) && (asked || (x.ours && x.code == Some(0) && x.signal.is_none())) {
+            if proof.watching() && (asked || (x.ours && x.code == Some(0) && x.signal.is_none())) {
                 let how = format!(
                     "the server {} after ready{}",
                     crate::up::exit_how(x.code, x.signal),
@@ -676,29 +687,28 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         // A verdict from the judge.
         if let Some(Event::Verdict(r)) = events.iter().find(|e| matches!(e, Event::Verdict(_))) {
             let r = (**r).clone();
-            match (r.verdict, &stage) {
-                (Verdict::Ready, Stage::Starting) if generate => {
-                    rep.note(ms(), "health is good: proving generation with one real completion");
-                    stage = Stage::Proving(Instant::now(), Box::new(r));
-                    next_gen = Instant::now();
-                }
-                (Verdict::Ready, Stage::Starting) => {
-                    let r = finish_ready(r, None, wants_spec, judge.degraded());
-                    if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &r, a.watch) {
-                        return Ok(o);
+            if r.verdict == Verdict::Ready && *proof.stage() == vigil_core::proof::Stage::Starting {
+                match proof.judge_ready(ms(), r, judge.degraded()) {
+                    Step::Prove => {
+                        rep.note(ms(), "health is good: proving generation with one real completion");
+                        next_gen = Instant::now();
                     }
-                    stage = Stage::Watching;
-                    next_gen = Instant::now() + a.generate_every;
-                }
-                _ => {
-                    if let Some(h) = probe_task.take() {
-                        h.abort();
+                    Step::Ready { report, watching } => {
+                        if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &report, watching) {
+                            return Ok(o);
+                        }
+                        next_gen = Instant::now() + a.generate_every;
                     }
-                    update_metrics(&metrics, &judge, server.as_deref(), r.verdict);
-                    sinks.verdict(&r);
-                    rep.verdict(ms(), &r, None);
-                    return Ok(Outcome::verdict(exit::for_verdict(r.verdict), r));
+                    _ => {}
                 }
+            } else {
+                if let Some(h) = probe_task.take() {
+                    h.abort();
+                }
+                update_metrics(&metrics, &judge, server.as_deref(), r.verdict);
+                sinks.verdict(&r);
+                rep.verdict(ms(), &r, None);
+                return Ok(Outcome::verdict(exit::for_verdict(r.verdict), r));
             }
         }
         // A generation proof came back.
@@ -706,42 +716,23 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             if rep.mode == crate::report::Mode::Json {
                 rep.json(serde_json::json!({"event": "generation", "t_ms": ms(), "ok": g.ok, "endpoint": g.endpoint, "tokens": g.tokens, "ms": g.ms, "note": g.note, "spec": g.spec}));
             }
-            match &stage {
-                Stage::Proving(since, r) => {
-                    if g.ok {
-                        let mut g = g;
-                        if wants_spec && server.as_deref() == Some("sglang") {
-                            if let Some(t) = &target {
-                                let acc = proof::sglang_accept_length(t, probe_timeout, bearer.as_deref()).await;
-                                g.spec = acc.map(|a| ((a * 1000.0) as u64, ((a - 1.0).max(0.0) * 1000.0) as u64));
-                            }
-                        }
-                        let r = finish_ready((**r).clone(), Some(&g), wants_spec, judge.degraded());
-                        if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &r, a.watch) {
-                            return Ok(o);
-                        }
-                        stage = Stage::Watching;
-                        next_gen = Instant::now() + a.generate_every;
-                    } else if since.elapsed() >= a.generate_timeout {
-                        let mut r = (**r).clone();
-                        r.verdict = Verdict::Unhealthy;
-                        r.detail = Some(format!(
-                            "health answers but generation fails for {}: {} ({})",
-                            fmt_ms(since.elapsed().as_millis() as u64),
-                            g.note,
-                            g.endpoint
-                        ));
-                        r.hint = Some("the HTTP side is up but the engine does not generate: read the server log; try the completion by hand".into());
-                        sinks.verdict(&r);
-                        rep.verdict(ms(), &r, None);
-                        return Ok(Outcome::verdict(exit::UNHEALTHY, r));
-                    } else {
-                        rep.note(ms(), &format!("generation proof failed ({}), retrying", g.note));
-                        next_gen = Instant::now() + Duration::from_secs(1);
+            match proof.generation(ms(), &g, judge.degraded()) {
+                Step::Ready { report, watching } => {
+                    if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &report, watching) {
+                        return Ok(o);
                     }
+                    next_gen = Instant::now() + a.generate_every;
                 }
-                Stage::Watching => {
-                    let outcome = if g.ok { ProbeOutcome::Ok } else { ProbeOutcome::Error };
+                Step::Unhealthy(r) => {
+                    sinks.verdict(&r);
+                    rep.verdict(ms(), &r, None);
+                    return Ok(Outcome::verdict(exit::UNHEALTHY, *r));
+                }
+                Step::RetryAt { at, note } => {
+                    rep.note(ms(), &format!("generation proof failed ({note}), retrying"));
+                    next_gen = Instant::now() + Duration::from_millis(at.saturating_sub(ms()));
+                }
+                Step::Probe(outcome) => {
                     if !g.ok {
                         rep.note(ms(), &format!("generation probe failed: {}", g.note));
                     }
@@ -753,7 +744,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     }
                     next_gen = Instant::now() + a.generate_every;
                 }
-                Stage::Starting => {}
+                Step::Prove | Step::Wait => {}
             }
         }
         // Schedule the next probe and generation; never two at once.
@@ -765,21 +756,19 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 let pt = probe_timeout;
                 probe_task = Some(tokio::spawn(async move { probe::probe(&t, pt, b.as_deref()).await }));
             }
-            let want_gen = match stage {
-                Stage::Proving(..) => true,
-                Stage::Watching => a.generate && !dummy_health,
-                Stage::Starting => false,
-            };
+            let want_gen = proof.wants_generation();
             if want_gen && gen_task.is_none() && Instant::now() >= next_gen {
                 let t = t.clone();
                 let b = bearer.clone();
-                let kind = server.clone();
+                let spec = profiles.proof_for(server.as_deref()).clone();
+                // speculation numbers are read for the proof, not for every later generation probe
+                let read_spec = wants_spec && !proof.watching();
                 // one attempt never outlasts the whole proof budget
                 let to = probe_timeout.max(Duration::from_secs(30)).min(a.generate_timeout);
                 let hint = proof::model_hint(&argv);
                 let tokens = proof::proof_tokens(wants_spec);
                 gen_task = Some(tokio::spawn(async move {
-                    proof::generate_with(kind.as_deref(), &t, to, b.as_deref(), hint, tokens).await
+                    proof::generate_with(&spec, &t, to, b.as_deref(), hint, tokens, read_spec).await
                 }));
             }
         }
@@ -792,7 +781,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             (None, None) => None,
         };
         let probe_txt = probe_txt.as_deref();
-        if !matches!(stage, Stage::Watching) {
+        if !proof.watching() {
             rep.live(ms(), &judge, server.as_deref(), probe_txt);
         }
         update_metrics(&metrics, &judge, server.as_deref(), judge.state());
@@ -800,7 +789,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         // moment vigil would call the startup stalled (or timed out), renewed on every sign of progress
         // (a log line, a phase change, a GPU memory change: the judge's `since_progress`) and, in a
         // silent phase, for as long as the phase's stall limit allows.
-        if !matches!(stage, Stage::Watching) {
+        if !proof.watching() {
             if let Some(n) = &mut sinks.notifier {
                 let to_timeout = a.timeout.saturating_sub(t0.elapsed());
                 let left = if has_log {
@@ -826,43 +815,6 @@ fn update_metrics(m: &Option<Metrics>, j: &Judge, server: Option<&str>, v: Verdi
         }
         m.update(j.phase(), Duration::from_millis(j.in_phase_ms().unwrap_or(0)), v);
     }
-}
-
-/// The ready report with the generation proof and the speculation verdict folded in.
-fn finish_ready(mut r: Report, g: Option<&GenProof>, wants_spec: bool, log_degraded: Option<&str>) -> Report {
-    let mut details = Vec::new();
-    if let Some(g) = g {
-        details.push(format!("generation proof: {} via {}", g.note, g.endpoint));
-    }
-    if wants_spec {
-        match (g.and_then(|g| g.spec), log_degraded) {
-            (_, Some(d)) => r.degraded = Some(d.to_string()),
-            (Some((drafted, accepted)), None) if drafted > 0 => {
-                if r.server.as_deref() == Some("sglang") {
-                    details.push(format!("speculation on: average accept length {:.2}", drafted as f64 / 1000.0));
-                    if drafted <= 1000 {
-                        r.degraded = Some("speculation off: average accept length is not above 1".into());
-                    }
-                } else {
-                    details.push(format!(
-                        "speculation on: {accepted}/{drafted} drafted tokens accepted ({:.0}%)",
-                        100.0 * accepted as f64 / drafted as f64
-                    ));
-                }
-            }
-            (_, None) if g.is_some() && r.server.as_deref() != Some("vllm") => {
-                r.degraded = Some("speculation off: asked for, but the proof request drafted no tokens".into());
-            }
-            _ => details.push("speculation asked for; not verified for this server".into()),
-        }
-    }
-    if let Some(d) = &r.degraded {
-        details.push(format!("degraded: {d}"));
-    }
-    if !details.is_empty() {
-        r.detail = Some(details.join("; "));
-    }
-    r
 }
 
 /// Prints the ready verdict, tells systemd; returns the outcome unless watching continues.

@@ -2,7 +2,9 @@
 //! machine and the verdict types. No tokio, no printing, no clock reads: time comes in with each fact.
 
 pub mod classify;
+pub mod fleet;
 pub mod judge;
+pub mod outcome;
 pub mod profile;
 pub mod proof;
 pub mod time;

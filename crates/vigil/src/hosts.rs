@@ -19,6 +19,7 @@ use crate::wait;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use vigil_core::fleet::{self, MultiNode, MultiStep};
 use vigil_core::judge::fmt_ms;
 use vigil_core::{Phase, Profiles, Report, Verdict};
 
@@ -573,41 +574,30 @@ where
             drop(rtx);
             let mut rep = Reporter::new(json, quiet);
             let t0 = Instant::now();
-            let mut phases = vec![Phase::Launch; n];
-            let mut shown: Option<Phase> = None;
+            let mut multi = MultiNode::new(n);
             let mut results: Vec<Option<HostResult>> = (0..n).map(|_| None).collect();
             loop {
                 tokio::select! {
                     Some((r, p)) = prx.recv() => {
-                        phases[r] = p;
-                        // least advanced rank that is still starting
-                        let live: Vec<usize> = (0..n).filter(|i| results[*i].is_none()).collect();
-                        if let Some(&slow) = live.iter().min_by_key(|i| phases[**i]) {
-                            let phase = phases[slow];
-                            if shown != Some(phase) {
-                                shown = Some(phase);
-                                if rep.mode == crate::report::Mode::Json {
-                                    rep.json(serde_json::json!({"event": "multi_node_phase", "t_ms": t0.elapsed().as_millis() as u64, "phase": phase, "slowest_rank": slow, "slowest_host": hosts[slow]}));
-                                } else {
-                                    rep.note(t0.elapsed().as_millis() as u64, &format!("multi-node: {phase} (least advanced: rank {slow} on {})", hosts[slow]));
-                                }
+                        if let Some((phase, slow)) = multi.phase(r, p) {
+                            if rep.mode == crate::report::Mode::Json {
+                                rep.json(serde_json::json!({"event": "multi_node_phase", "t_ms": t0.elapsed().as_millis() as u64, "phase": phase, "slowest_rank": slow, "slowest_host": hosts[slow]}));
+                            } else {
+                                rep.note(t0.elapsed().as_millis() as u64, &format!("multi-node: {phase} (least advanced: rank {slow} on {})", hosts[slow]));
                             }
                         }
                     }
                     x = rrx.recv() => {
                         let Some((i, r)) = x else { break };
-                        let bad = !(r.code == exit::READY || r.code == exit::DEGRADED);
+                        let step = multi.ended(i, exit::Exit::from_code(r.code));
                         results[i] = Some(r);
-                        if bad {
-                            // one failed rank fails the server: stop watching the others
+                        if step == MultiStep::Done {
+                            // one failed rank fails the server (or all have ended): stop watching the others
                             for (k, h) in handles.iter().enumerate() {
                                 if results[k].is_none() {
                                     h.abort();
                                 }
                             }
-                            break;
-                        }
-                        if results.iter().all(|r| r.is_some()) {
                             break;
                         }
                     }
@@ -631,7 +621,9 @@ where
 /// The per-host table (or JSON), and the exit code: the worst host's (multi-node: the deciding
 /// rank's).
 fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i32 {
-    let code = results.iter().fold(exit::READY, |acc, r| exit::worst(acc, r.code));
+    let exits: Vec<exit::Exit> = results.iter().map(|r| exit::Exit::from_code(r.code)).collect();
+    let (worst, decider) = fleet::combine(&exits);
+    let code = worst.code();
     let verdict_of = |r: &HostResult| -> String {
         match r.report.as_ref() {
             Some(rep) if r.code == exit::DEGRADED => format!("{} (degraded)", rep.verdict),
@@ -646,7 +638,7 @@ fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i3
             },
         }
     };
-    let decider = results.iter().find(|r| r.code == code && code != exit::READY);
+    let decider = decider.map(|i| &results[i]);
     if json {
         let hosts: Vec<_> = results
             .iter()
@@ -658,8 +650,9 @@ fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i3
         let mut v = serde_json::json!({"event": if multi { "multi_node_verdict" } else { "fleet" }, "exit": code, "hosts": hosts});
         if multi {
             v["verdict"] = decider.map(verdict_of).unwrap_or_else(|| "ready".into()).into();
-            v["phase"] =
-                results.iter().filter_map(|r| r.report.as_ref().map(|x| x.phase)).min().map(|p| p.to_string()).into();
+            v["phase"] = fleet::least_phase(results.iter().filter_map(|r| r.report.as_ref().map(|x| x.phase)))
+                .map(|p| p.to_string())
+                .into();
             if let Some(d) = decider {
                 v["decided_by"] = serde_json::json!({"host": d.host, "rank": d.rank});
             }

@@ -1,0 +1,146 @@
+//! Outcomes as types: every exit code of vigil, with an explicit severity order (documented in the README).
+
+/// The server is ready (diagnose: the log proves it was ready).
+pub const READY: i32 = 0;
+/// An unexpected internal error in vigil itself.
+pub const INTERNAL: i32 = 1;
+/// Bad command line or input (unreadable file, bad profile, bad duration).
+pub const USAGE: i32 = 2;
+/// The server crashed (fatal marker or exit before ready, or an unrequested exit after ready).
+pub const CRASHED: i32 = 3;
+/// Alive but no progress for the phase's stall limit.
+pub const STALLED: i32 = 4;
+/// The overall --timeout passed while the server was still progressing.
+pub const TIMEOUT: i32 = 5;
+/// Ready earlier, then health failing while the process lives.
+pub const UNHEALTHY: i32 = 6;
+/// diagnose only: the log ends while the server is still starting.
+pub const STARTING: i32 = 7;
+/// `up` refused to launch (port taken, earlier run alive).
+pub const REFUSED: i32 = 8;
+/// `down`: some process of the tree would not die (named in the output).
+pub const NOT_STOPPED: i32 = 9;
+/// `check` (or `up` running it) found errors: nothing was launched.
+pub const CHECK_FAILED: i32 = 10;
+/// Ready, but degraded (e.g. speculative decoding asked for and off).
+pub const DEGRADED: i32 = 11;
+/// A remote host could not be reached over SSH (closed port, no SSH, unknown host key, refused
+/// key), or the connection was lost and did not come back within the reconnect window.
+pub const UNREACHABLE: i32 = 12;
+/// vigil was interrupted (SIGINT / SIGTERM) before a verdict.
+pub const INTERRUPTED: i32 = 130;
+
+use crate::Verdict;
+
+pub fn for_verdict(v: Verdict) -> i32 {
+    match v {
+        Verdict::Ready => READY,
+        Verdict::Crashed => CRASHED,
+        Verdict::Stalled => STALLED,
+        Verdict::Timeout => TIMEOUT,
+        Verdict::Unhealthy => UNHEALTHY,
+        Verdict::Starting => STARTING,
+    }
+}
+
+/// Every exit code as a type, with an explicit severity order for commands that report several
+/// outcomes in one code (a fleet, several hosts, several files): the most severe wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Exit {
+    // Declaration order is the severity order, least severe first.
+    Ready,
+    /// Ready but degraded: the server serves, so it ranks below every failure.
+    Degraded,
+    Starting,
+    Timeout,
+    Unhealthy,
+    Stalled,
+    Crashed,
+    /// Nothing was launched (port taken, earlier run alive; check errors).
+    Refused,
+    CheckFailed,
+    NotStopped,
+    Unreachable,
+    Usage,
+    Internal,
+    /// The person stopped the whole command: it outranks what any host said.
+    Interrupted,
+}
+
+impl Exit {
+    pub const ALL: [Exit; 14] = [
+        Exit::Ready,
+        Exit::Degraded,
+        Exit::Starting,
+        Exit::Timeout,
+        Exit::Unhealthy,
+        Exit::Stalled,
+        Exit::Crashed,
+        Exit::Refused,
+        Exit::CheckFailed,
+        Exit::NotStopped,
+        Exit::Unreachable,
+        Exit::Usage,
+        Exit::Internal,
+        Exit::Interrupted,
+    ];
+
+    pub fn code(self) -> i32 {
+        match self {
+            Exit::Ready => READY,
+            Exit::Degraded => DEGRADED,
+            Exit::Starting => STARTING,
+            Exit::Timeout => TIMEOUT,
+            Exit::Unhealthy => UNHEALTHY,
+            Exit::Stalled => STALLED,
+            Exit::Crashed => CRASHED,
+            Exit::Refused => REFUSED,
+            Exit::CheckFailed => CHECK_FAILED,
+            Exit::NotStopped => NOT_STOPPED,
+            Exit::Unreachable => UNREACHABLE,
+            Exit::Usage => USAGE,
+            Exit::Internal => INTERNAL,
+            Exit::Interrupted => INTERRUPTED,
+        }
+    }
+
+    /// The code's meaning; an unknown code is an internal error.
+    pub fn from_code(c: i32) -> Exit {
+        Exit::ALL.into_iter().find(|e| e.code() == c).unwrap_or(Exit::Internal)
+    }
+}
+
+/// The more severe of two exit codes (see [`Exit`]'s order).
+pub fn worst(a: i32, b: i32) -> i32 {
+    Exit::from_code(a).max(Exit::from_code(b)).code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_distinct() {
+        for e in Exit::ALL {
+            assert_eq!(Exit::from_code(e.code()), e);
+        }
+        let mut codes: Vec<i32> = Exit::ALL.iter().map(|e| e.code()).collect();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), Exit::ALL.len());
+    }
+
+    /// Issue #14: a fleet where one host crashed and another is degraded exits 3, not 11.
+    #[test]
+    fn crashed_outranks_degraded_and_every_verdict_outranks_ready() {
+        assert_eq!(worst(DEGRADED, CRASHED), CRASHED);
+        assert_eq!(worst(CRASHED, DEGRADED), CRASHED);
+        assert_eq!(worst(READY, DEGRADED), DEGRADED);
+        assert_eq!(worst(STALLED, CRASHED), CRASHED);
+        assert_eq!(worst(CRASHED, UNREACHABLE), UNREACHABLE);
+        assert_eq!(worst(UNREACHABLE, INTERRUPTED), INTERRUPTED);
+        for e in Exit::ALL {
+            assert_eq!(worst(READY, e.code()), e.code());
+        }
+    }
+}

@@ -78,6 +78,12 @@ pub struct ExitInfo {
 }
 
 impl ExitInfo {
+    /// An exit after ready that ends the watch in order rather than as a crash: one that was asked for
+    /// (`vigil down`, an operator's shutdown) or a clean status 0 of our own child.
+    pub fn orderly_after_ready(&self, requested: bool) -> bool {
+        requested || (self.ours && self.code == Some(0) && self.signal.is_none())
+    }
+
     pub fn describe(&self) -> String {
         if !self.ours {
             return "exited; exit status unknown (not our child)".into();
@@ -652,7 +658,7 @@ impl Judge {
                 self.crash_with_exit(b, x, ev);
             }
             Verdict::Ready | Verdict::Unhealthy => {
-                let orderly = self.shutdown || (x.ours && x.code == Some(0) && x.signal.is_none());
+                let orderly = x.orderly_after_ready(self.shutdown);
                 if !orderly {
                     let b = block.unwrap_or_default();
                     self.crash_with_exit(b, x, ev);

@@ -283,6 +283,49 @@ fn orderly_shutdown_after_ready_stays_ready() {
 }
 
 #[test]
+fn unhealthy_after_ready_when_probes_fail_for_the_limit() {
+    let p = builtin();
+    let cfg = JudgeConfig { require_probe: true, unhealthy_after_ms: Some(30_000), ..live(60_000) };
+    let mut j = Judge::new(cfg);
+    feed(&mut j, 0, line(p, "llama-cpp", LOADED));
+    let ev = feed(&mut j, 1, Input::Probe(ProbeOutcome::Ok));
+    assert_eq!(verdict_of(&ev).unwrap().verdict, Verdict::Ready);
+    // failing from 10 s; a success in between restarts the count
+    feed(&mut j, 10_000, Input::Probe(ProbeOutcome::Error));
+    feed(&mut j, 20_000, Input::Probe(ProbeOutcome::Ok));
+    feed(&mut j, 25_000, Input::Probe(ProbeOutcome::Error));
+    assert!(verdict_of(&feed(&mut j, 54_999, Input::Tick)).is_none());
+    let ev = feed(&mut j, 55_000, Input::Tick);
+    let r = verdict_of(&ev).expect("unhealthy at 30 s of failing");
+    assert_eq!((r.verdict, r.phase), (Verdict::Unhealthy, Phase::Serving));
+    assert!(r.detail.as_deref().unwrap().contains("failing for 30s (limit 30s)"), "{:?}", r.detail);
+    // without a watch limit, failing probes after ready never give a verdict
+    let mut j = Judge::new(JudgeConfig { require_probe: true, ..live(60_000) });
+    feed(&mut j, 0, line(p, "llama-cpp", LOADED));
+    feed(&mut j, 1, Input::Probe(ProbeOutcome::Ok));
+    feed(&mut j, 2, Input::Probe(ProbeOutcome::Error));
+    assert!(verdict_of(&feed(&mut j, 10_000_000, Input::Tick)).is_none());
+    assert_eq!(j.state(), Verdict::Ready);
+}
+
+#[test]
+fn exits_after_ready_orderly_or_not() {
+    let clean = ExitInfo { code: Some(0), signal: None, ours: true };
+    let killed = ExitInfo { code: None, signal: Some(9), ours: true };
+    let foreign = ExitInfo { code: None, signal: None, ours: false };
+    assert!(clean.orderly_after_ready(false));
+    assert!(!killed.orderly_after_ready(false));
+    assert!(killed.orderly_after_ready(true), "vigil down asked for it");
+    assert!(!foreign.orderly_after_ready(false), "a status we cannot know is not a clean one");
+    let p = builtin();
+    let mut j = Judge::new(live(60_000));
+    feed(&mut j, 0, line(p, "llama-cpp", LOADED));
+    let ev = feed(&mut j, 5, Input::Exit(foreign));
+    let r = verdict_of(&ev).expect("a post-ready death is a crash");
+    assert_eq!(r.verdict, Verdict::Crashed);
+}
+
+#[test]
 fn unknown_durations_are_not_invented() {
     let p = builtin();
     let r =

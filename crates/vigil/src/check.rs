@@ -12,7 +12,6 @@ mod launch;
 use crate::cli::CliError;
 use crate::gguf;
 use crate::procs;
-use crate::report::out_line;
 pub(crate) use derive::Srv;
 use serde::Serialize;
 use serde_json::Value;
@@ -1137,7 +1136,7 @@ pub fn gate(rep: &Report, json: bool, where_: &str) -> Option<String> {
     if rep.errors() == 0 {
         return None;
     }
-    print(rep, json);
+    crate::tables::check(rep, json);
     let n = rep.blocking();
     if n > 0 {
         return Some(format!(
@@ -1149,37 +1148,6 @@ pub fn gate(rep: &Report, json: bool, where_: &str) -> Option<String> {
         rep.errors()
     );
     None
-}
-
-pub fn print(rep: &Report, json: bool) {
-    if json {
-        let v = serde_json::json!({"event": "check", "server": rep.server, "version": rep.version, "context_len": rep.context, "draft_context_len": rep.draft_context, "findings": rep.findings, "errors": rep.errors(), "blocking": rep.blocking(), "warnings": rep.warnings()});
-        out_line(&v.to_string());
-        return;
-    }
-    for f in &rep.findings {
-        let tag = match f.severity {
-            Severity::Error if f.confirmed.is_none() => "ERROR?",
-            Severity::Error => "ERROR",
-            Severity::Warning => "WARN  ",
-            Severity::Info => "info  ",
-        };
-        out_line(&format!("{tag} [{}] {}", f.rule, f.message));
-        if let Some(fix) = &f.fix {
-            out_line(&format!("      fix: {fix}"));
-        }
-    }
-    let unconfirmed = rep.errors() - rep.blocking();
-    out_line(&format!(
-        "vigil check: {} error(s){}, {} warning(s)",
-        rep.errors(),
-        if unconfirmed > 0 {
-            format!(" ({unconfirmed} marked ERROR? not confirmed against the server: `vigil up` launches anyway)")
-        } else {
-            String::new()
-        },
-        rep.warnings()
-    ));
 }
 
 pub fn run(
@@ -1197,7 +1165,7 @@ pub fn run(
     let cwd = std::env::current_dir().map_err(|e| CliError::usage(e.to_string()))?;
     let rep =
         check(&Inputs { argv: &argv, server, env: &env, cwd: &cwd, local_machine: true, version: None }, profiles)?;
-    print(&rep, json);
+    crate::tables::check(&rep, json);
     Ok(if rep.errors() > 0 { crate::exit::CHECK_FAILED } else { crate::exit::READY })
 }
 

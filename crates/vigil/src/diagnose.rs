@@ -1,9 +1,10 @@
 //! `vigil diagnose FILE...`: offline post-mortem of logs, streamed in constant memory.
 
 use crate::cli::CliError;
+use crate::events::WatchEvent;
 use crate::exit;
 use crate::lines::Splitter;
-use crate::report::{Mode, Reporter};
+use crate::report::Reporter;
 use std::io::Read;
 use vigil_core::{Offline, Profiles, Seen};
 
@@ -20,9 +21,7 @@ pub fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
         return Err(CliError::usage("diagnose: give at least one log file"));
     }
     let mut rep = Reporter::new(a.json, a.quiet);
-    if rep.mode == Mode::Tty {
-        rep.mode = Mode::Plain;
-    }
+    rep.offline();
     let mut code = exit::READY;
     let many = a.files.len() > 1;
     for f in &a.files {
@@ -49,34 +48,28 @@ fn one(path: &str, a: &Args, profiles: &Profiles, rep: &mut Reporter, many: bool
     // What to show of each line: the detection, the explain line, the JSON events.
     let show = |seen: Seen, n: u64, rep: &mut Reporter| match seen {
         Seen::Line { line, detected } => {
-            if let (Some(k), Mode::Json) = (detected, rep.mode) {
-                rep.json(serde_json::json!({"event": "detected", "server": k, "line": n}));
+            if let Some(k) = detected {
+                rep.emit(None, &WatchEvent::Detected { server: k, line: Some(n) });
             }
             if let (true, Some(h)) = (a.explain, &line.hit) {
-                if rep.mode == Mode::Json {
-                    rep.json(serde_json::json!({"event": "match", "line": n, "profile": h.profile, "rule": h.rule, "source": h.source, "text": line.text}));
-                } else {
-                    let what = match h.phase {
-                        Some(p) => format!("{:?}→{}", h.kind, p),
-                        None => format!("{:?}", h.kind),
-                    };
-                    rep.line(&format!(
-                        "L{n}: {}/{} [{}]{} | {}",
-                        h.profile,
-                        h.rule,
-                        what.to_lowercase(),
-                        h.cause.map(|c| format!(" cause={c}")).unwrap_or_default(),
-                        line.text
-                    ));
-                }
+                let ev = WatchEvent::Match {
+                    line: n,
+                    profile: &h.profile,
+                    rule: &h.rule,
+                    source: h.source.as_deref(),
+                    text: &line.text,
+                    kind: format!("{:?}", h.kind),
+                    phase: h.phase,
+                    cause: h.cause,
+                };
+                rep.emit(None, &ev);
             }
         }
-        Seen::Events(evs) if rep.mode == Mode::Json => {
+        Seen::Events(evs) => {
             for ev in evs.iter().filter(|e| !matches!(e, vigil_core::Event::Verdict(_))) {
                 rep.event(ev_time(ev), ev);
             }
         }
-        Seen::Events(_) => {}
     };
     loop {
         let n = match file.read(&mut buf) {

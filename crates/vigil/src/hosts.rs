@@ -10,6 +10,7 @@
 //!   `/health` on `--node-rank` ≥ 1 is a dummy that always answers 200).
 
 use crate::cli::CliError;
+use crate::events::WatchEvent;
 use crate::exit;
 use crate::follow::SourceMsg;
 use crate::remote::{self, Conn, RemoteWatch, SshOpts};
@@ -464,11 +465,9 @@ async fn launch(
     } else if rank.unwrap_or(0) > 0 {
         w.generate = false;
     }
-    if rep.mode == crate::report::Mode::Json {
-        rep.json(serde_json::json!({"event": "launched", "t_ms": 0, "name": name, "pid": sp, "keeper_pid": kp, "on": conn.dest}));
-    } else {
-        rep.note(0, &format!("launched '{name}' on {}: server pid {sp}, keeper pid {kp}", conn.dest));
-    }
+    let launched =
+        WatchEvent::Launched { name, pid: sp, keeper_pid: kp, run_dir: None, on: Some(&conn.dest), log: None };
+    rep.emit(Some(0), &launched);
     Ok(Ok(w))
 }
 
@@ -580,11 +579,8 @@ where
                 tokio::select! {
                     Some((r, p)) = prx.recv() => {
                         if let Some((phase, slow)) = multi.phase(r, p) {
-                            if rep.mode == crate::report::Mode::Json {
-                                rep.json(serde_json::json!({"event": "multi_node_phase", "t_ms": t0.elapsed().as_millis() as u64, "phase": phase, "slowest_rank": slow, "slowest_host": hosts[slow]}));
-                            } else {
-                                rep.note(t0.elapsed().as_millis() as u64, &format!("multi-node: {phase} (least advanced: rank {slow} on {})", hosts[slow]));
-                            }
+                            let ev = WatchEvent::MultiNodePhase { phase, slowest_rank: slow, slowest_host: &hosts[slow] };
+                            rep.emit(Some(t0.elapsed().as_millis() as u64), &ev);
                         }
                     }
                     x = rrx.recv() => {
@@ -623,7 +619,6 @@ where
 fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i32 {
     let exits: Vec<exit::Exit> = results.iter().map(|r| exit::Exit::from_code(r.code)).collect();
     let (worst, decider) = fleet::combine(&exits);
-    let code = worst.code();
     let verdict_of = |r: &HostResult| -> String {
         match r.report.as_ref() {
             Some(rep) if r.code == exit::DEGRADED => format!("{} (degraded)", rep.verdict),
@@ -638,59 +633,21 @@ fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i3
             },
         }
     };
-    let decider = decider.map(|i| &results[i]);
-    if json {
-        let hosts: Vec<_> = results
-            .iter()
-            .map(|r| {
-                serde_json::json!({"host": r.host, "rank": r.rank, "verdict": verdict_of(r), "exit": r.code,
-                    "phase": r.report.as_ref().map(|x| x.phase.to_string()), "detail": r.note})
-            })
-            .collect();
-        let mut v = serde_json::json!({"event": if multi { "multi_node_verdict" } else { "fleet" }, "exit": code, "hosts": hosts});
-        if multi {
-            v["verdict"] = decider.map(verdict_of).unwrap_or_else(|| "ready".into()).into();
-            v["phase"] = fleet::least_phase(results.iter().filter_map(|r| r.report.as_ref().map(|x| x.phase)))
-                .map(|p| p.to_string())
-                .into();
-            if let Some(d) = decider {
-                v["decided_by"] = serde_json::json!({"host": d.host, "rank": d.rank});
-            }
-        }
-        out_line(&v.to_string());
-        return code;
-    }
-    if quiet && !multi {
-        return code;
-    }
-    if multi {
-        let line = match decider {
-            Some(d) => format!(
-                "multi-node server: {} — rank {} on {}: {}",
-                verdict_of(d).to_uppercase(),
-                d.rank.unwrap_or(0),
-                d.host,
-                d.note
-            ),
-            None => format!("multi-node server: READY — all {} ranks ready", results.len()),
-        };
-        out_line(&line);
-        if quiet {
-            return code;
-        }
-    }
-    out_line(&format!("{:<24} {:<5} {:<18} {:<12} DETAIL", "HOST", "RANK", "VERDICT", "PHASE"));
-    for r in results {
-        out_line(&format!(
-            "{:<24} {:<5} {:<18} {:<12} {}",
-            r.host,
-            r.rank.map_or("-".into(), |x| x.to_string()),
-            verdict_of(r),
-            r.report.as_ref().map_or("-".into(), |x| x.phase.to_string()),
-            r.note
-        ));
-    }
-    code
+    let hosts: Vec<crate::events::HostLine> = results
+        .iter()
+        .map(|r| crate::events::HostLine {
+            host: r.host.clone(),
+            rank: r.rank,
+            verdict: verdict_of(r),
+            exit: r.code,
+            phase: r.report.as_ref().map(|x| x.phase),
+            detail: r.note.clone(),
+        })
+        .collect();
+    let phase = fleet::least_phase(results.iter().filter_map(|r| r.report.as_ref().map(|x| x.phase)));
+    let end = crate::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase };
+    crate::tables::fleet(&end, json, quiet);
+    worst.code()
 }
 
 /// `vigil wait --host H NAME`: attach to a remote run of `vigil up --host`.
@@ -935,16 +892,7 @@ fn emit<T: serde::Serialize>(
     if r.iter().all(|(_, x)| x.is_err()) {
         return fold(r);
     }
-    if json {
-        out_line(&serde_json::to_string(&rows).unwrap_or_default());
-    } else if rows.is_empty() {
-        out_line(empty);
-    } else {
-        out_line(&header);
-        for row in &rows {
-            out_line(&line(row));
-        }
-    }
+    crate::tables::rows(&rows, json, empty, &header, line);
     fold(r)
 }
 
@@ -1113,7 +1061,6 @@ pub async fn check(
     json: bool,
     profiles: Profiles,
 ) -> Result<i32, CliError> {
-    use crate::check;
     if hs.list.len() != 1 {
         return Err(CliError::usage("check: give one --host"));
     }
@@ -1123,7 +1070,7 @@ pub async fn check(
     let c = Conn::open(&hs.list[0], &hs.ssh)?;
     let kind = server.clone().or_else(|| profiles.detect_cmd(&argv).map(String::from));
     let rep = check_report(&c, &argv, kind, &[], &profiles).await?;
-    check::print(&rep, json);
+    crate::tables::check(&rep, json);
     Ok(if rep.errors() > 0 { exit::CHECK_FAILED } else { exit::READY })
 }
 

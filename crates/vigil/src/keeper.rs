@@ -6,6 +6,7 @@
 //! stops the whole tree (SIGTERM, grace from stop.json, SIGKILL), on SIGUSR1 it kills it at once.
 //! It exits when no descendant is left.
 
+use crate::events::RunEvent;
 use crate::procs;
 use crate::run::{self, RunRecord, Secrets, State, StopRequest};
 use std::io::{Read, Write};
@@ -224,16 +225,13 @@ pub fn main(dir: PathBuf) -> i32 {
         };
         run::append_event(
             &sdir,
-            serde_json::json!({"event": "stop_requested", "t_unix_ms": run::now_ms(), "grace_ms": grace.as_millis() as u64}),
+            RunEvent::StopRequested { t_unix_ms: run::now_ms(), grace_ms: grace.as_millis() as u64 }.to_value(),
         );
         let d2 = sdir.clone();
         let rep = procs::stop_tree(me, false, grace, &mut |signal, pids| {
-            run::append_event(
-                &d2,
-                serde_json::json!({"event": "signal", "signal": signal, "pids": pids, "t_unix_ms": run::now_ms()}),
-            );
+            run::append_event(&d2, RunEvent::Signal { signal, pids, t_unix_ms: run::now_ms() }.to_value());
         });
-        run::append_event(&sdir, serde_json::json!({"event": "stopped", "t_unix_ms": run::now_ms(), "report": rep}));
+        run::append_event(&sdir, RunEvent::Stopped { t_unix_ms: run::now_ms(), report: &rep }.to_value());
         stopping2.store(false, std::sync::atomic::Ordering::SeqCst);
     });
 

@@ -4,6 +4,7 @@ mod check;
 use check::fit;
 mod cli;
 mod diagnose;
+mod events;
 mod exit;
 mod follow;
 mod gguf;
@@ -21,6 +22,7 @@ mod proof;
 mod remote;
 mod report;
 mod run;
+mod tables;
 mod tls;
 mod up;
 mod wait;
@@ -709,32 +711,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                 }
             };
             let s = reader.sample().map_err(CliError::Internal)?;
-            if json {
-                let mut v = serde_json::to_value(&s).unwrap_or_default();
-                v["t_unix_ms"] = run::now_ms().into();
-                crate::report::out_line(&v.to_string());
-            } else {
-                for g in &s.gpus {
-                    crate::report::out_line(&format!(
-                        "GPU {}  {:>7} / {:>7} MiB  util {}%  ({})",
-                        g.index,
-                        g.used_mib,
-                        g.total_mib,
-                        g.util.map_or("?".into(), |u| u.to_string()),
-                        s.source
-                    ));
-                }
-                for p in &s.procs {
-                    let cmd = follow::cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| "?".into());
-                    crate::report::out_line(&format!(
-                        "  pid {:>7} GPU {} {:>7} MiB  {}",
-                        p.pid,
-                        p.gpu,
-                        p.used_mib,
-                        run::redact_cmdline(&cmd)
-                    ));
-                }
-            }
+            crate::tables::gpu(&s, json);
             Ok(exit::READY)
         }
         Cmd::Watch { name, proof, json } => {

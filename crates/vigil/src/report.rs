@@ -1,6 +1,7 @@
 //! Reporters: a live status line on a TTY, plain lines otherwise, JSON lines with `--json`.
 //! Every string printed passes through the redactor: secret values never reach the output.
 
+use crate::events::WatchEvent;
 use std::io::Write;
 use std::time::{Duration, Instant};
 use vigil_core::judge::fmt_ms;
@@ -24,6 +25,8 @@ pub struct Reporter {
     pub heartbeat_every: Duration,
     /// The host (and multi-node rank) this reporter speaks for: a prefix on lines, fields in JSON.
     tag: Option<(String, Option<usize>)>,
+    /// People see the judge's phase changes (a watch); off for `diagnose`, whose text output is the verdict.
+    judge_events_in_text: bool,
 }
 
 pub fn is_tty(fd: i32) -> bool {
@@ -52,7 +55,16 @@ impl Reporter {
             last_heartbeat: Instant::now(),
             heartbeat_every: Duration::from_secs(60),
             tag: None,
+            judge_events_in_text: true,
         }
+    }
+
+    /// Offline (`diagnose`): no live line, and in text only the verdicts (JSON keeps every event).
+    pub fn offline(&mut self) {
+        if self.mode == Mode::Tty {
+            self.mode = Mode::Plain;
+        }
+        self.judge_events_in_text = false;
     }
 
     /// Speak for one host of several: lines get a `[host]` prefix, JSON objects `host` (and `rank`),
@@ -97,6 +109,57 @@ impl Reporter {
     /// A plain output line (redacted; a closed stdout is not an error).
     pub fn line(&mut self, s: &str) {
         self.print(s);
+    }
+
+    /// Renders one event of the stream: a JSON line (with `t_ms` when given), or what people are shown of it.
+    pub fn emit(&mut self, t_ms: Option<u64>, ev: &WatchEvent) {
+        if self.mode == Mode::Json {
+            if matches!(ev, WatchEvent::Disconnected) {
+                return; // `reconnected` reports the drop in JSON
+            }
+            let mut v = serde_json::to_value(ev).unwrap_or_default();
+            if let (Some(t), Some(m)) = (t_ms, v.as_object_mut()) {
+                m.insert("t_ms".into(), t.into());
+            }
+            return self.json(v);
+        }
+        let t = t_ms.unwrap_or(0);
+        let text = match ev {
+            WatchEvent::Detected { server, line: None } => format!("server kind: {server}"),
+            WatchEvent::Launched { name, pid, keeper_pid, on: Some(h), .. } => {
+                format!("launched '{name}' on {h}: server pid {pid}, keeper pid {keeper_pid}")
+            }
+            WatchEvent::Launched { name, pid, keeper_pid, on: None, log, .. } => format!(
+                "launched '{name}': server pid {pid}, keeper pid {keeper_pid}, log {}",
+                log.as_deref().unwrap_or("-")
+            ),
+            WatchEvent::Disconnected => {
+                "SSH connection lost: reconnecting (the server keeps running; probes paused)".to_string()
+            }
+            WatchEvent::Reconnected { to, down_ms, log_offset } => {
+                format!("reconnected to {to} after {}; the log resumes at byte {log_offset}", fmt_ms(*down_ms))
+            }
+            WatchEvent::Stopped { how, .. } => format!("{how}: the watch ends"),
+            WatchEvent::MultiNodePhase { phase, slowest_rank, slowest_host } => {
+                format!("multi-node: {phase} (least advanced: rank {slowest_rank} on {slowest_host})")
+            }
+            WatchEvent::Match { line, profile, rule, text, kind, phase, cause, .. } => {
+                let what = match phase {
+                    Some(p) => format!("{kind}→{p}"),
+                    None => kind.clone(),
+                };
+                let cause = cause.map(|c| format!(" cause={c}")).unwrap_or_default();
+                return self.line(&format!("L{line}: {profile}/{rule} [{}]{cause} | {text}", what.to_lowercase()));
+            }
+            // JSON only: the live line and the verdict show these to people
+            WatchEvent::Start { .. }
+            | WatchEvent::Detected { .. }
+            | WatchEvent::Probe { .. }
+            | WatchEvent::Gpu { .. }
+            | WatchEvent::Generation(_)
+            | WatchEvent::TreeStopped { .. } => return,
+        };
+        self.note(t, &text);
     }
 
     pub fn json(&mut self, mut v: serde_json::Value) {
@@ -147,6 +210,7 @@ impl Reporter {
                 self.json(v);
             }
             (Mode::Quiet, _) => {}
+            _ if !self.judge_events_in_text => {}
             (_, Event::Phase { phase, from, laggards, .. }) => {
                 let mut s = format!("[{:>7}] phase {} → {}", fmt_t(t_ms), from, self.paint(phase.as_str(), "1"));
                 if !laggards.is_empty() {

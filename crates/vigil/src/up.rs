@@ -1,6 +1,7 @@
 //! `vigil up`, `down`, `status`, `logs`, `restart`, `ps`: the whole life of a server.
 
 use crate::cli::CliError;
+use crate::events::{RunEvent, WatchEvent};
 use crate::exit;
 use crate::follow::{arg_value, cmdline};
 use crate::procs;
@@ -277,14 +278,17 @@ async fn launch(
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let server_pid = st.server_pid.unwrap();
-    if rep.mode == crate::report::Mode::Json {
-        rep.json(serde_json::json!({"event": "launched", "t_ms": 0, "name": name, "pid": server_pid, "keeper_pid": st.keeper_pid, "run_dir": dir.display().to_string()}));
-    } else {
-        rep.note(
-            0,
-            &format!("launched '{name}': server pid {server_pid}, keeper pid {}, log {}", st.keeper_pid, log.display()),
-        );
-    }
+    rep.emit(
+        Some(0),
+        &WatchEvent::Launched {
+            name,
+            pid: server_pid.into(),
+            keeper_pid: st.keeper_pid.into(),
+            run_dir: Some(dir.display().to_string()),
+            on: None,
+            log: Some(log.display().to_string()),
+        },
+    );
     let out = watch(&dir, &rec, server_pid, a, profiles.clone()).await?;
     if let Some(r) = &out.report {
         let _ = run::write_json(&dir.join("startup.json"), r);
@@ -395,12 +399,9 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
         procs::signal(st.keeper_pid, libc::SIGTERM);
     } else if let Some(s) = st.server_pid {
         let r = procs::stop_tree(s, true, grace, &mut |sig, pids| {
-            run::append_event(
-                dir,
-                serde_json::json!({"event": "signal", "signal": sig, "pids": pids, "t_unix_ms": run::now_ms()}),
-            );
+            run::append_event(dir, RunEvent::Signal { signal: sig, pids, t_unix_ms: run::now_ms() }.to_value());
         });
-        run::append_event(dir, serde_json::json!({"event": "stopped", "t_unix_ms": run::now_ms(), "report": r}));
+        run::append_event(dir, RunEvent::Stopped { t_unix_ms: run::now_ms(), report: &r }.to_value());
     }
     // Wait until every process is gone: grace + time for SIGKILL to land. A second Ctrl-C kills at once.
     let deadline = t0 + grace + Duration::from_secs(10);
@@ -498,9 +499,7 @@ pub fn down(names: Vec<String>, all: bool, pid: Option<i32>, grace: Duration, js
         let r = procs::stop_tree(p, true, grace, &mut |sig, pids| {
             rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids)))
         });
-        if rep.mode == crate::report::Mode::Json {
-            rep.json(serde_json::json!({"event": "stopped", "pid": p, "report": r}));
-        }
+        rep.emit(None, &WatchEvent::TreeStopped { pid: p, report: &r });
         for s in &r.survivors {
             rep.note(r.elapsed_ms, &format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd)));
         }
@@ -540,16 +539,16 @@ struct Recorded {
 }
 
 #[derive(serde::Serialize)]
-struct StatusRow {
-    name: String,
-    server: Option<String>,
-    state: String,
-    phase: String,
-    in_state: Option<String>,
-    port: Option<u16>,
-    pid: Option<i32>,
-    keeper_pid: i32,
-    last_log_line_age_s: Option<u64>,
+pub struct StatusRow {
+    pub name: String,
+    pub server: Option<String>,
+    pub state: String,
+    pub phase: String,
+    pub in_state: Option<String>,
+    pub port: Option<u16>,
+    pub pid: Option<i32>,
+    pub keeper_pid: i32,
+    pub last_log_line_age_s: Option<u64>,
 }
 
 pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
@@ -581,29 +580,7 @@ pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
             last_log_line_age_s: age,
         });
     }
-    if json {
-        out_line(&serde_json::to_string(&rows).unwrap_or_default());
-    } else if rows.is_empty() {
-        out_line("no runs");
-    } else {
-        out_line(&format!(
-            "{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
-            "NAME", "SERVER", "STATE", "PHASE", "FOR", "PORT", "PID", "LOG AGE"
-        ));
-        for r in rows {
-            out_line(&format!(
-                "{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
-                r.name,
-                r.server.unwrap_or_else(|| "-".into()),
-                r.state,
-                r.phase,
-                r.in_state.unwrap_or_else(|| "-".into()),
-                r.port.map_or("-".into(), |p| p.to_string()),
-                r.pid.map_or("-".into(), |p| p.to_string()),
-                r.last_log_line_age_s.map_or("-".into(), |a| format!("{a}s")),
-            ));
-        }
-    }
+    crate::tables::status(&rows, json);
     Ok(exit::READY)
 }
 
@@ -669,14 +646,14 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, C
 }
 
 #[derive(serde::Serialize)]
-struct PsRow {
-    pid: i32,
-    server: String,
-    age_s: Option<u64>,
-    ports: Vec<u16>,
+pub struct PsRow {
+    pub pid: i32,
+    pub server: String,
+    pub age_s: Option<u64>,
+    pub ports: Vec<u16>,
     /// GPU memory held by the process tree (MiB), when GPU readings exist.
-    gpu_mib: Option<u64>,
-    cmd: String,
+    pub gpu_mib: Option<u64>,
+    pub cmd: String,
 }
 
 /// Inference servers on this machine that vigil did not start.
@@ -725,24 +702,6 @@ pub fn ps(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
             cmd: run::redact_cmdline(&cmd),
         });
     }
-    if json {
-        out_line(&serde_json::to_string(&rows).unwrap_or_default());
-    } else if rows.is_empty() {
-        out_line("no inference servers found that vigil did not start");
-    } else {
-        out_line(&format!("{:>8} {:<10} {:>8} {:<12} {:>9} CMD", "PID", "SERVER", "AGE", "PORTS", "GPU MiB"));
-        for r in rows {
-            let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
-            out_line(&format!(
-                "{:>8} {:<10} {:>8} {:<12} {:>9} {}",
-                r.pid,
-                r.server,
-                r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),
-                if ports.is_empty() { "-".into() } else { ports },
-                r.gpu_mib.map_or("-".into(), |m| m.to_string()),
-                r.cmd
-            ));
-        }
-    }
+    crate::tables::ps(&rows, json);
     Ok(exit::READY)
 }

@@ -7,6 +7,7 @@
 //! generation probes, the log, the process) until crashed, unhealthy or interrupted.
 
 use crate::cli::{parse_stalls, CliError};
+use crate::events::WatchEvent;
 use crate::exit;
 use crate::follow::{self, SourceMsg};
 use crate::metrics::Metrics;
@@ -18,7 +19,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use vigil_core::judge::fmt_ms;
 use vigil_core::proof::{Proof, ProofConfig, Step};
 use vigil_core::{
     Classifier, Event, ExitInfo, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Report, Verdict,
@@ -414,25 +414,16 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             ),
         );
     }
-    if rep.mode == crate::report::Mode::Json {
-        let mut start = serde_json::json!({"event": "start", "t_ms": 0});
-        if let Some(t) = &target {
-            start["url"] = t.url().into();
-        }
-        if let Some(l) = &a.log {
-            start["log"] = l.clone().into();
-        }
-        if let Some(p) = a.pid {
-            start["pid"] = p.into();
-        }
-        if let Some(s) = &server {
-            start["server"] = s.clone().into();
-        }
-        if let Some(w) = &a.remote {
-            start["remote_run"] = w.name.clone().into();
-        }
-        rep.json(start);
-    }
+    rep.emit(
+        Some(0),
+        &WatchEvent::Start {
+            url: target.as_ref().map(Target::url),
+            log: a.log.as_deref(),
+            pid: a.pid,
+            server: server.as_deref(),
+            remote_run: a.remote.as_ref().map(|w| w.name.as_str()),
+        },
+    );
 
     let rare = a.interval.max(Duration::from_secs(5));
     let mut next_probe = Instant::now();
@@ -503,11 +494,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                             if a.probe_timeout.is_none() {
                                 probe_timeout = Duration::from_secs_f64(k.probe_timeout_secs);
                             }
-                            if rep.mode == crate::report::Mode::Json {
-                                rep.json(serde_json::json!({"event": "detected", "t_ms": ms(), "server": k.name}));
-                            } else {
-                                rep.note(ms(), &format!("server kind: {}", k.name));
-                            }
+                            rep.emit(Some(ms()), &WatchEvent::Detected { server: &k.name, line: None });
                         }
                     }
                     events = judge.feed(Fact { at: Some(ms()), input: Input::Line(Box::new(line)) });
@@ -522,19 +509,15 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     if let Some(h) = gen_task.take() {
                         h.abort();
                     }
-                    if rep.mode != crate::report::Mode::Json && !was_down {
-                        rep.note(ms(), "SSH connection lost: reconnecting (the server keeps running; probes paused)");
+                    if !was_down {
+                        rep.emit(Some(ms()), &WatchEvent::Disconnected);
                     }
                 }
                 Some(SourceMsg::Resumed) => link_down = false,
                 Some(SourceMsg::Reconnected { host, down_ms, offset }) => {
                     // probes resume on their schedule: a drop changes nothing the server does
                     link_down = false;
-                    if rep.mode == crate::report::Mode::Json {
-                        rep.json(serde_json::json!({"event": "reconnected", "t_ms": ms(), "to": host, "down_ms": down_ms, "log_offset": offset}));
-                    } else {
-                        rep.note(ms(), &format!("reconnected to {host} after {}; the log resumes at byte {offset}", fmt_ms(down_ms)));
-                    }
+                    rep.emit(Some(ms()), &WatchEvent::Reconnected { to: &host, down_ms, log_offset: offset });
                 }
                 Some(SourceMsg::Lost(why)) => {
                     return Err(CliError::Unreachable(why));
@@ -558,9 +541,8 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 let r = r.map_err(|e| CliError::Internal(format!("probe task: {e}")))?;
                 let key = (r.outcome, r.note.clone());
                 if last_probe.as_ref() != Some(&key) {
-                    if rep.mode == crate::report::Mode::Json {
-                        rep.json(serde_json::json!({"event": "probe", "t_ms": ms(), "outcome": r.outcome, "status": r.status, "latency_ms": r.latency.as_millis() as u64, "note": r.note}));
-                    }
+                    let latency_ms = r.latency.as_millis() as u64;
+                    rep.emit(Some(ms()), &WatchEvent::Probe { outcome: r.outcome, status: r.status, latency_ms, note: &r.note });
                     last_probe = Some(key);
                 }
                 if r.cert_error && !cert_noted {
@@ -601,9 +583,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     if h.host_pids && last_gpu.as_ref().is_none_or(|l| !l.host_pids) {
                         rep.note(ms(), "NVML reports pids of another pid namespace (a container?): using per-GPU totals");
                     }
-                    if rep.mode == crate::report::Mode::Json {
-                        rep.json(serde_json::json!({"event": "gpu", "t_ms": ms(), "held_mib": h.total_mib, "per_gpu_mib": h.per_gpu, "host_pids": h.host_pids}));
-                    }
+                    rep.emit(Some(ms()), &WatchEvent::Gpu { held_mib: h.total_mib, per_gpu_mib: &h.per_gpu, host_pids: h.host_pids });
                 }
                 let fact = vigil_core::GpuFact { total_mib: h.total_mib, describe: crate::gpu::describe(&h.per_gpu) };
                 last_gpu = Some(h);
@@ -639,11 +619,10 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     crate::up::exit_how(x.code, x.signal),
                     if asked { " (stopped by vigil down)" } else { "" }
                 );
-                if rep.mode == crate::report::Mode::Json {
-                    rep.json(serde_json::json!({"event": "stopped", "t_ms": ms(), "how": how, "exit_code": x.code, "signal": x.signal, "requested": asked}));
-                } else {
-                    rep.note(ms(), &format!("{how}: the watch ends"));
-                }
+                rep.emit(
+                    Some(ms()),
+                    &WatchEvent::Stopped { how: &how, exit_code: x.code, signal: x.signal, requested: asked },
+                );
                 sinks.stopping(&how);
                 if let Some(p) = &sinks.verdict_file {
                     let mut r = judge.report().cloned().unwrap_or_else(|| judge.final_report());
@@ -713,9 +692,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         }
         // A generation proof came back.
         if let Some(g) = gen_done {
-            if rep.mode == crate::report::Mode::Json {
-                rep.json(serde_json::json!({"event": "generation", "t_ms": ms(), "ok": g.ok, "endpoint": g.endpoint, "tokens": g.tokens, "ms": g.ms, "note": g.note, "spec": g.spec}));
-            }
+            rep.emit(Some(ms()), &WatchEvent::Generation(&g));
             match proof.generation(ms(), &g, judge.degraded()) {
                 Step::Ready { report, watching } => {
                     if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &report, watching) {

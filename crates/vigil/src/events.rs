@@ -1,0 +1,190 @@
+//! What a command reports while it runs, as one typed stream. The judge's own events (`vigil_core::Event`:
+//! phase, progress, verdict) and these are everything `up`, `wait`, `diagnose` and the multi-node driver
+//! say; the sinks in `report.rs` render them (TTY and plain lines, JSON lines) behind one redactor. This
+//! enum is the JSON schema that `docs/events.md` describes: fields carry typed data, never text formatted
+//! for one sink. What a run records on disk (`events.jsonl`) is the second enum, [`RunEvent`].
+
+use crate::procs::StopReport;
+use crate::proof::Generation;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use vigil_core::{Cause, Phase, ProbeOutcome};
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WatchEvent<'a> {
+    /// A watch begins: what it watches.
+    Start {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        log: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pid: Option<i32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        server: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        remote_run: Option<&'a str>,
+    },
+    /// The server kind, recognised from the log (`line`: where, for `diagnose`).
+    Detected {
+        server: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        line: Option<u64>,
+    },
+    /// A health probe's outcome changed.
+    Probe { outcome: ProbeOutcome, status: Option<u16>, latency_ms: u64, note: &'a str },
+    /// GPU memory held by the server's process tree changed.
+    Gpu { held_mib: u64, per_gpu_mib: &'a BTreeMap<u32, u64>, host_pids: bool },
+    /// A generation request (the proof, or a probe while watching) came back.
+    Generation(&'a Generation),
+    /// `up` started the server under its keeper (`on`: the host, for `--host`).
+    Launched {
+        name: &'a str,
+        pid: i64,
+        keeper_pid: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_dir: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        on: Option<&'a str>,
+        /// Shown to people; the JSON has the run directory.
+        #[serde(skip)]
+        log: Option<String>,
+    },
+    /// The SSH connection dropped (shown to people only: in JSON, `reconnected` says it all).
+    Disconnected,
+    /// The SSH connection came back; the log resumes at byte `log_offset`.
+    Reconnected { to: &'a str, down_ms: u64, log_offset: u64 },
+    /// The server exited after ready, in order (asked for, or status 0): the watch ends.
+    Stopped { how: &'a str, exit_code: Option<i32>, signal: Option<i32>, requested: bool },
+    /// `down --pid`: what stopping a process tree did.
+    #[serde(rename = "stopped")]
+    TreeStopped { pid: i32, report: &'a StopReport },
+    /// Multi-node: the least advanced rank's phase changed.
+    MultiNodePhase { phase: Phase, slowest_rank: usize, slowest_host: &'a str },
+    /// `diagnose --explain`: the rule a line matched.
+    Match {
+        line: u64,
+        profile: &'a str,
+        rule: &'a str,
+        source: Option<&'a str>,
+        text: &'a str,
+        #[serde(skip)]
+        kind: String,
+        #[serde(skip)]
+        phase: Option<Phase>,
+        #[serde(skip)]
+        cause: Option<Cause>,
+    },
+}
+
+/// One host's line of a fleet's or multi-node server's end.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostLine {
+    pub host: String,
+    pub rank: Option<usize>,
+    pub verdict: String,
+    pub exit: i32,
+    pub phase: Option<Phase>,
+    pub detail: String,
+}
+
+/// How a fleet (`fleet`) or a multi-node server (`multi_node_verdict`) ended: the worst host's exit code,
+/// the member that decided it, and (multi-node) the least advanced phase.
+#[derive(Debug, Clone)]
+pub struct FleetEnd {
+    pub multi: bool,
+    pub exit: i32,
+    pub hosts: Vec<HostLine>,
+    pub decider: Option<usize>,
+    pub phase: Option<Phase>,
+}
+
+#[derive(Serialize)]
+struct Decider<'a> {
+    host: &'a str,
+    rank: Option<usize>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum FleetJson<'a> {
+    Fleet {
+        exit: i32,
+        hosts: &'a [HostLine],
+    },
+    MultiNodeVerdict {
+        exit: i32,
+        hosts: &'a [HostLine],
+        verdict: &'a str,
+        phase: Option<Phase>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        decided_by: Option<Decider<'a>>,
+    },
+}
+
+impl FleetEnd {
+    pub fn to_json(&self) -> serde_json::Value {
+        let d = self.decider.map(|i| &self.hosts[i]);
+        let v = if self.multi {
+            FleetJson::MultiNodeVerdict {
+                exit: self.exit,
+                hosts: &self.hosts,
+                verdict: d.map_or("ready", |d| d.verdict.as_str()),
+                phase: self.phase,
+                decided_by: d.map(|d| Decider { host: &d.host, rank: d.rank }),
+            }
+        } else {
+            FleetJson::Fleet { exit: self.exit, hosts: &self.hosts }
+        };
+        serde_json::to_value(v).unwrap_or_default()
+    }
+}
+
+/// What a run records in its `events.jsonl` (the keeper and `down`), with wall-clock times.
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RunEvent<'a> {
+    StopRequested { t_unix_ms: u64, grace_ms: u64 },
+    Signal { signal: &'a str, pids: &'a [i32], t_unix_ms: u64 },
+    Stopped { t_unix_ms: u64, report: &'a StopReport },
+}
+
+impl RunEvent<'_> {
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_keeps_its_names() {
+        let v = |e: &WatchEvent| serde_json::to_value(e).unwrap();
+        let e = WatchEvent::Start { url: None, log: Some("/l"), pid: Some(3), server: None, remote_run: None };
+        assert_eq!(v(&e), serde_json::json!({"event": "start", "log": "/l", "pid": 3}));
+        let per = BTreeMap::from([(0u32, 10u64)]);
+        let e = WatchEvent::Gpu { held_mib: 10, per_gpu_mib: &per, host_pids: false };
+        assert_eq!(
+            v(&e),
+            serde_json::json!({"event": "gpu", "held_mib": 10, "per_gpu_mib": {"0": 10}, "host_pids": false})
+        );
+        let g = Generation { ok: true, endpoint: "/completion".into(), tokens: 2, ms: 1, note: "n".into(), spec: None };
+        assert_eq!(v(&WatchEvent::Generation(&g))["event"], "generation");
+        assert_eq!(v(&WatchEvent::Generation(&g))["tokens"], 2);
+        let e = WatchEvent::MultiNodePhase { phase: Phase::Weights, slowest_rank: 1, slowest_host: "gpu2" };
+        assert_eq!(
+            v(&e),
+            serde_json::json!({"event": "multi_node_phase", "phase": "weights", "slowest_rank": 1, "slowest_host": "gpu2"})
+        );
+        let r = StopReport { stopped: vec![], survivors: vec![], elapsed_ms: 5 };
+        assert_eq!(v(&WatchEvent::TreeStopped { pid: 7, report: &r })["event"], "stopped");
+        let e = RunEvent::Signal { signal: "SIGTERM", pids: &[1, 2], t_unix_ms: 9 };
+        assert_eq!(
+            e.to_value(),
+            serde_json::json!({"event": "signal", "signal": "SIGTERM", "pids": [1, 2], "t_unix_ms": 9})
+        );
+    }
+}

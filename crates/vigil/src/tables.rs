@@ -1,0 +1,157 @@
+//! The tables and one-shot reports of the commands that are not watches (`status`, `ps`, `gpu`, `check`,
+//! the per-host listings of `--host`): each renders typed rows either as JSON or as aligned text, here
+//! and nowhere else. Watches report through the event stream (`events.rs`, `report.rs`).
+
+use crate::check::{Report as CheckReport, Severity};
+use crate::events::FleetEnd;
+use crate::follow;
+use crate::report::out_line;
+use crate::run;
+use crate::up::{PsRow, StatusRow};
+use vigil_core::judge::fmt_ms;
+
+/// Rows as one JSON array, or a header and a line per row (`empty` when there are none).
+pub fn rows<T: serde::Serialize>(rows: &[T], json: bool, empty: &str, header: &str, line: impl Fn(&T) -> String) {
+    if json {
+        out_line(&serde_json::to_string(&rows).unwrap_or_default());
+    } else if rows.is_empty() {
+        out_line(empty);
+    } else {
+        out_line(header);
+        for row in rows {
+            out_line(&line(row));
+        }
+    }
+}
+
+/// `vigil status`.
+pub fn status(rows: &[StatusRow], json: bool) {
+    let header = format!(
+        "{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
+        "NAME", "SERVER", "STATE", "PHASE", "FOR", "PORT", "PID", "LOG AGE"
+    );
+    self::rows(rows, json, "no runs", &header, |r| {
+        format!(
+            "{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
+            r.name,
+            r.server.clone().unwrap_or_else(|| "-".into()),
+            r.state,
+            r.phase,
+            r.in_state.clone().unwrap_or_else(|| "-".into()),
+            r.port.map_or("-".into(), |p| p.to_string()),
+            r.pid.map_or("-".into(), |p| p.to_string()),
+            r.last_log_line_age_s.map_or("-".into(), |a| format!("{a}s")),
+        )
+    });
+}
+
+/// `vigil ps`.
+pub fn ps(rows: &[PsRow], json: bool) {
+    let header = format!("{:>8} {:<10} {:>8} {:<12} {:>9} CMD", "PID", "SERVER", "AGE", "PORTS", "GPU MiB");
+    self::rows(rows, json, "no inference servers found that vigil did not start", &header, |r| {
+        let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
+        format!(
+            "{:>8} {:<10} {:>8} {:<12} {:>9} {}",
+            r.pid,
+            r.server,
+            r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),
+            if ports.is_empty() { "-".into() } else { ports },
+            r.gpu_mib.map_or("-".into(), |m| m.to_string()),
+            r.cmd
+        )
+    });
+}
+
+/// `vigil gpu`: one sample of every GPU and the processes holding memory.
+pub fn gpu(s: &crate::gpu::Snapshot, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(s).unwrap_or_default();
+        v["t_unix_ms"] = run::now_ms().into();
+        out_line(&v.to_string());
+    } else {
+        for g in &s.gpus {
+            out_line(&format!(
+                "GPU {}  {:>7} / {:>7} MiB  util {}%  ({})",
+                g.index,
+                g.used_mib,
+                g.total_mib,
+                g.util.map_or("?".into(), |u| u.to_string()),
+                s.source
+            ));
+        }
+        for p in &s.procs {
+            let cmd = follow::cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| "?".into());
+            out_line(&format!("  pid {:>7} GPU {} {:>7} MiB  {}", p.pid, p.gpu, p.used_mib, run::redact_cmdline(&cmd)));
+        }
+    }
+}
+
+/// `check`'s findings and summary line.
+pub fn check(rep: &CheckReport, json: bool) {
+    if json {
+        let v = serde_json::json!({"event": "check", "server": rep.server, "version": rep.version, "context_len": rep.context, "draft_context_len": rep.draft_context, "findings": rep.findings, "errors": rep.errors(), "blocking": rep.blocking(), "warnings": rep.warnings()});
+        out_line(&v.to_string());
+        return;
+    }
+    for f in &rep.findings {
+        let tag = match f.severity {
+            Severity::Error if f.confirmed.is_none() => "ERROR?",
+            Severity::Error => "ERROR",
+            Severity::Warning => "WARN  ",
+            Severity::Info => "info  ",
+        };
+        out_line(&format!("{tag} [{}] {}", f.rule, f.message));
+        if let Some(fix) = &f.fix {
+            out_line(&format!("      fix: {fix}"));
+        }
+    }
+    let unconfirmed = rep.errors() - rep.blocking();
+    out_line(&format!(
+        "vigil check: {} error(s){}, {} warning(s)",
+        rep.errors(),
+        if unconfirmed > 0 {
+            format!(" ({unconfirmed} marked ERROR? not confirmed against the server: `vigil up` launches anyway)")
+        } else {
+            String::new()
+        },
+        rep.warnings()
+    ));
+}
+
+/// The end of a fleet or multi-node watch: one JSON object, or the headline (multi-node) and a line per host.
+pub fn fleet(end: &FleetEnd, json: bool, quiet: bool) {
+    if json {
+        out_line(&end.to_json().to_string());
+        return;
+    }
+    if quiet && !end.multi {
+        return;
+    }
+    if end.multi {
+        let line = match end.decider.map(|i| &end.hosts[i]) {
+            Some(d) => format!(
+                "multi-node server: {} — rank {} on {}: {}",
+                d.verdict.to_uppercase(),
+                d.rank.unwrap_or(0),
+                d.host,
+                d.detail
+            ),
+            None => format!("multi-node server: READY — all {} ranks ready", end.hosts.len()),
+        };
+        out_line(&line);
+        if quiet {
+            return;
+        }
+    }
+    out_line(&format!("{:<24} {:<5} {:<18} {:<12} DETAIL", "HOST", "RANK", "VERDICT", "PHASE"));
+    for r in &end.hosts {
+        out_line(&format!(
+            "{:<24} {:<5} {:<18} {:<12} {}",
+            r.host,
+            r.rank.map_or("-".into(), |x| x.to_string()),
+            r.verdict,
+            r.phase.map_or("-".into(), |x| x.to_string()),
+            r.detail
+        ));
+    }
+}

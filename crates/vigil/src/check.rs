@@ -9,7 +9,7 @@ pub mod fit;
 mod golden;
 mod launch;
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use crate::gguf;
 use crate::procs;
 pub(crate) use derive::Srv;

@@ -1,6 +1,6 @@
 //! `vigil diagnose FILE...`: offline post-mortem of logs, streamed in constant memory.
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit;
 use crate::lines::Splitter;

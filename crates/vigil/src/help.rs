@@ -4,7 +4,7 @@
 //! The examples live here as text so main.rs keeps only the flag definitions; a test parses every
 //! `vigil ...` line of every example with the real parser, so an example cannot drift from the flags.
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use clap::Command;
 use std::io::Write;
 use std::path::Path;

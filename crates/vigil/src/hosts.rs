@@ -9,7 +9,7 @@
 //!   rank ready; the live phase is the least advanced rank's. Only rank 0 is probed (SGLang's
 //!   `/health` on `--node-rank` ≥ 1 is a dummy that always answers 200).
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit;
 use crate::follow::SourceMsg;
@@ -245,7 +245,7 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
         let mut rep = Reporter::new(a.json, a.quiet);
         if !failed_multi && code != exit::INTERRUPTED {
             rep.note(0, "serving on every host; Ctrl-C stops them (--detach to leave them running)");
-            crate::next_interrupt().await;
+            crate::signals::next_interrupt().await;
         } else if a.keep && code == exit::INTERRUPTED {
             return Ok(code);
         } else if failed_multi {
@@ -292,7 +292,7 @@ async fn finish_single(r: HostResult, a: &UpArgs) -> Result<i32, CliError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     tokio::spawn(remote::wait_exit(RemoteWatch::new(conn.clone(), &name), tx));
     tokio::select! {
-        _ = crate::next_interrupt() => {}
+        _ = crate::signals::next_interrupt() => {}
         x = rx.recv() => {
             let how = x.map_or_else(|| "exited".into(), |(x, _)| crate::up::exit_how(x.code, x.signal));
             rep.note(0, &format!("the server {how} after ready"));
@@ -932,7 +932,7 @@ pub async fn logs(hs: Hosts, name: String, follow: bool, lines: usize) -> Result
     let mut down = false;
     loop {
         tokio::select! {
-            _ = crate::next_interrupt() => return Ok(exit::READY),
+            _ = crate::signals::next_interrupt() => return Ok(exit::READY),
             m = rx.recv() => match m {
                 Some(SourceMsg::Line(l)) => out_line(&redactor.redact(&l)),
                 Some(SourceMsg::Disconnected) if !down => {

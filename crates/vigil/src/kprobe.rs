@@ -1,7 +1,7 @@
 //! `vigil probe`: one readiness check for Kubernetes exec probes (startup, readiness, liveness) and
 //! scripts. Exit 0 when ready, 1 when not; one line saying which and why; bounded by `--timeout`.
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use crate::probe::{self, Target};
 use crate::report::out_line;
 use crate::run as runs;

@@ -66,10 +66,10 @@ pub struct Metrics {
 
 /// Binds `--metrics ADDR` now: settings are resolved before any side effect, so a taken port is a usage
 /// error before a server is launched (issue #14).
-pub fn bind(addr: std::net::SocketAddr) -> Result<std::sync::Arc<std::net::TcpListener>, crate::cli::CliError> {
+pub fn bind(addr: std::net::SocketAddr) -> Result<std::sync::Arc<std::net::TcpListener>, crate::error::CliError> {
     std::net::TcpListener::bind(addr)
         .map(std::sync::Arc::new)
-        .map_err(|e| crate::cli::CliError::usage(format!("--metrics {addr}: {e}")))
+        .map_err(|e| crate::error::CliError::usage(format!("--metrics {addr}: {e}")))
 }
 
 fn now_unix() -> f64 {

@@ -10,7 +10,7 @@
 //! `exec sh -s`), and every value in a script passes through [`quote`]. Nothing is concatenated
 //! unquoted.
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use crate::follow::SourceMsg;
 use crate::lines::Splitter;
 use std::path::{Path, PathBuf};

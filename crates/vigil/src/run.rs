@@ -10,7 +10,7 @@
 //! Secret values (needed to replay the exact command on `restart`) are kept apart, in
 //! `$XDG_STATE_HOME/vigil/secrets/<name>.json` (0600), never in the run directory.
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};

@@ -1,6 +1,6 @@
 //! `vigil up`, `down`, `status`, `logs`, `restart`, `ps`: the whole life of a server.
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use crate::events::{RunEvent, WatchEvent};
 use crate::exit;
 use crate::follow::{arg_value, cmdline};
@@ -256,7 +256,7 @@ async fn launch(
         run::write_json(&sp, &secrets)?;
     }
     run::write_json(&dir.join("run.json"), &rec)?;
-    if crate::take_interrupt() {
+    if crate::signals::take_interrupt() {
         rep.note(0, "interrupted before the launch: nothing started");
         return Ok(exit::INTERRUPTED);
     }
@@ -310,7 +310,7 @@ async fn launch(
     rep.note(0, &format!("'{name}' is serving; Ctrl-C stops it (--detach to leave it running)"));
     loop {
         tokio::select! {
-            _ = crate::next_interrupt() => break,
+            _ = crate::signals::next_interrupt() => break,
             _ = tokio::time::sleep(Duration::from_millis(100)) => {
                 if !procs::alive(server_pid) {
                     let st = read_state(&dir).unwrap_or_default();
@@ -421,7 +421,7 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
             }
             return Ok(live);
         }
-        if !killed_now && crate::take_interrupt() {
+        if !killed_now && crate::signals::take_interrupt() {
             killed_now = true;
             if keeper_alive {
                 procs::signal(st.keeper_pid, libc::SIGUSR1);

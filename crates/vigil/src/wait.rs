@@ -6,7 +6,7 @@
 //! completion, and speculation when asked for) → ready; with `--watch`, then watching (health and
 //! generation probes, the log, the process) until crashed, unhealthy or interrupted.
 
-use crate::cli::{parse_stalls, CliError};
+use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit;
 use crate::follow::{self, SourceMsg};
@@ -15,6 +15,7 @@ use crate::notify::Notifier;
 use crate::probe::{self, ProbeResult, Target};
 use crate::proof::{self, Generation};
 use crate::report::Reporter;
+use crate::settings::parse_stalls;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -77,6 +78,8 @@ pub struct Args {
     pub tag: Option<(String, Option<usize>)>,
     /// Multi-node: phase changes go to the driver, which reports the least advanced rank.
     pub phase_tx: Option<mpsc::UnboundedSender<(usize, Phase)>>,
+    /// Where interrupts come from (the process's signals; none in tests).
+    pub interrupts: crate::signals::Interrupts,
 }
 
 impl Args {
@@ -114,6 +117,7 @@ impl Args {
             remote: None,
             tag: None,
             phase_tx: None,
+            interrupts: crate::signals::Interrupts::default(),
         }
     }
 }
@@ -207,6 +211,7 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let mut metrics = None;
     let linger = a.metrics_linger;
     let shared = a.tag.is_some();
+    let interrupts = a.interrupts;
     let out = run_inner(a, profiles, &mut metrics).await?;
     // A verdict that ends vigil stays scrapeable for a while: vigil exiting takes the endpoint with it.
     let ends_bad = out.report.as_ref().is_some_and(|r| r.verdict != Verdict::Ready);
@@ -217,7 +222,7 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
         if !linger.is_zero() {
             tokio::select! {
                 _ = tokio::time::sleep(linger) => {}
-                _ = crate::interrupt(shared) => {}
+                _ = interrupts.recv(shared) => {}
             }
         }
     }
@@ -459,10 +464,10 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         let mut gen_done: Option<Generation> = None;
         let mut exit_now: Option<ExitInfo> = None;
         tokio::select! {
-            _ = crate::interrupt(a.tag.is_some()) => {
+            _ = a.interrupts.recv(a.tag.is_some()) => {
                 if proof.watching() {
                     // After ready, SIGTERM is an orderly stop (systemctl stop, docker stop): exit 0.
-                    let term = crate::last_interrupt_was_sigterm();
+                    let term = a.interrupts.was_sigterm();
                     rep.note(ms(), if term { "SIGTERM while watching: stopping in order" } else { "interrupted while watching" });
                     sinks.stopping(if term { "SIGTERM" } else { "interrupted" });
                     let code = if term { exit::READY } else { exit::INTERRUPTED };

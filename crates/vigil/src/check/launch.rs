@@ -3,7 +3,7 @@
 //! (human-readable, per server and version), parallelism, overrides and speculative decoding.
 
 use super::derive::{self, Parsed, Srv};
-use crate::cli::CliError;
+use crate::error::CliError;
 use crate::follow::arg_value;
 use crate::procs;
 use serde_json::Value;

@@ -1,0 +1,171 @@
+//! Settings, resolved before anything runs: the flags clap read (`cli.rs`) become validated, typed
+//! values for the commands (`wait::Args`, `up::UpArgs`): the server kind checked against the profiles,
+//! stall limits per phase, the `--metrics` listener bound, the proof settings. A bad setting is a usage
+//! error here, before a keeper or a server exists.
+
+use crate::cli::{ProofFlags, Stall, TlsFlags, UpFlags, WaitFlags};
+use crate::error::CliError;
+use crate::{metrics, tls, up, wait};
+use std::path::PathBuf;
+use vigil_core::{Phase, Profiles};
+
+/// Stall limits from the command line: one for every phase, and per-phase ones (ms).
+pub type Stalls = (Option<u64>, Vec<(Phase, u64)>);
+
+impl WaitFlags {
+    /// The watch's arguments (local sources are set by the caller).
+    pub fn into_args(self, profiles: &vigil_core::Profiles) -> Result<wait::Args, CliError> {
+        check_server(profiles, &self.server)?;
+        if self.interval.is_zero() {
+            return Err(CliError::usage("--interval must be above zero"));
+        }
+        let mut w = wait::Args::new();
+        self.proof.apply(&mut w);
+        w.url = self.url;
+        w.log = self.log;
+        w.log_cmd = self.log_cmd;
+        w.pid = self.pid;
+        w.server = self.server;
+        w.timeout = self.timeout;
+        w.interval = self.interval;
+        w.probe_timeout = self.probe_timeout.or(w.probe_timeout);
+        w.api_key_env = self.api_key_env;
+        w.tls = self.tls.into();
+        w.stall = self.stall;
+        w.json = self.json;
+        w.quiet = self.quiet;
+        w.echo = self.echo;
+        Ok(w)
+    }
+}
+
+impl From<TlsFlags> for tls::TlsOpts {
+    fn from(f: TlsFlags) -> tls::TlsOpts {
+        tls::TlsOpts { ca_cert: f.ca_cert, insecure: f.insecure }
+    }
+}
+
+impl ProofFlags {
+    pub fn apply(&self, w: &mut wait::Args) {
+        w.generate = !self.no_generate;
+        w.generate_timeout = self.generate_timeout;
+        w.watch = self.watch;
+        w.unhealthy_after = self.unhealthy_after;
+        w.generate_every = self.generate_every;
+        w.metrics = self.metrics;
+        w.metrics_linger = self.metrics_linger;
+        w.gpu_interval = self.gpu_interval;
+        if self.watch_probe_timeout.is_some() {
+            w.probe_timeout = self.watch_probe_timeout;
+        }
+    }
+}
+
+impl UpFlags {
+    /// The launch settings, resolved before anything runs: the `--metrics` port is bound here, so a taken
+    /// one is a usage error before a server is launched.
+    pub fn into_args(self, cmd: Vec<String>) -> Result<up::UpArgs, CliError> {
+        let metrics_listener = self.proof.metrics.map(metrics::bind).transpose()?;
+        Ok(up::UpArgs {
+            name: self.name,
+            detach: self.detach,
+            keep: self.keep,
+            replace: self.replace,
+            env: self.env,
+            env_file: self.env_file,
+            server: self.server,
+            grace: self.grace,
+            timeout: self.timeout,
+            stall: self.stall,
+            json: self.json,
+            quiet: self.quiet,
+            log_max_bytes: self.log_max_size,
+            log_keep: self.log_keep,
+            no_probe: self.no_probe,
+            no_check: self.no_check,
+            proof: {
+                let mut w = wait::Args::new();
+                self.proof.apply(&mut w);
+                w.interval = self.interval.max(std::time::Duration::from_millis(10));
+                w.metrics_listener = metrics_listener;
+                w
+            },
+            cmd,
+        })
+    }
+}
+
+/// The stall flags as one limit for every phase (the last given) and per-phase ones.
+pub fn parse_stalls(v: &[Stall]) -> Stalls {
+    let all = v.iter().filter(|s| s.phase.is_none()).map(|s| s.ms).next_back();
+    let per = v.iter().filter_map(|s| s.phase.map(|p| (p, s.ms))).collect();
+    (all, per)
+}
+
+fn profile_dirs(extra: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    if let Some(b) = base {
+        dirs.push(b.join("vigil/profiles"));
+    }
+    dirs.extend(extra.iter().cloned());
+    dirs
+}
+
+/// Built-in profiles extended by `$XDG_CONFIG_HOME/vigil/profiles/*.toml` and `--profiles DIR`.
+pub fn load_profiles(extra: &[PathBuf]) -> Result<Profiles, CliError> {
+    let mut files = Vec::new();
+    for d in profile_dirs(extra) {
+        let rd = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) => {
+                if extra.contains(&d) {
+                    return Err(CliError::usage(format!("--profiles {}: {e}", d.display())));
+                }
+                continue;
+            }
+        };
+        let mut names: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        names.sort();
+        for p in names {
+            let text =
+                std::fs::read_to_string(&p).map_err(|e| CliError::usage(format!("profile {}: {e}", p.display())))?;
+            files.push((p.display().to_string(), text));
+        }
+    }
+    Profiles::load(&files).map_err(|e| CliError::usage(format!("profile error: {e}")))
+}
+
+pub fn check_server(p: &Profiles, s: &Option<String>) -> Result<(), CliError> {
+    if let Some(s) = s {
+        if p.get(s).is_none() {
+            return Err(CliError::usage(format!(
+                "--server: unknown server kind '{s}' (known: {})",
+                p.names().join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::parse_stall;
+
+    #[test]
+    fn stalls() {
+        let v = [parse_stall("2s").unwrap(), parse_stall("cuda_graphs=10m").unwrap()];
+        let (a, p) = parse_stalls(&v);
+        assert_eq!(a, Some(2000));
+        assert_eq!(p, vec![(Phase::CudaGraphs, 600_000)]);
+        assert!(parse_stall("bogus=1s").is_err());
+        assert!(parse_stall("weights=soon").is_err());
+    }
+}

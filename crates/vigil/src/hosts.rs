@@ -12,9 +12,8 @@
 use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit;
-use crate::follow::SourceMsg;
 use crate::remote::{self, Conn, RemoteWatch, SshOpts};
-use crate::report::{out_line, Reporter};
+use crate::report::Reporter;
 use crate::up::UpArgs;
 use crate::wait;
 use std::sync::Arc;
@@ -77,7 +76,7 @@ impl Hosts {
 }
 
 /// Connects to a host off the async thread (the master's start blocks up to the connect timeout).
-async fn open(ssh: &SshOpts, host: &str) -> Result<Arc<Conn>, CliError> {
+pub async fn open(ssh: &SshOpts, host: &str) -> Result<Arc<Conn>, CliError> {
     let (ssh, dest) = (ssh.clone(), host.to_string());
     tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh))
         .await
@@ -514,7 +513,7 @@ pub async fn stop(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Repor
 }
 
 /// Runs host jobs, at most `parallel` at once; results in host order.
-async fn drive_fleet<T, F, Fut>(parallel: usize, jobs: Vec<F>) -> Vec<T>
+pub async fn drive_fleet<T, F, Fut>(parallel: usize, jobs: Vec<F>) -> Vec<T>
 where
     T: 'static,
     F: FnOnce() -> Fut + 'static,
@@ -735,322 +734,6 @@ async fn attach(
     Ok(())
 }
 
-/// Runs `f` on every host (at most `parallel` at once), each with its own connection.
-async fn each_host<F, Fut>(hs: &Hosts, f: F) -> Vec<(String, Result<i32, CliError>)>
-where
-    F: Fn(Arc<Conn>) -> Fut + Clone + 'static,
-    Fut: std::future::Future<Output = Result<i32, CliError>> + 'static,
-{
-    let jobs: Vec<_> = hs
-        .list
-        .iter()
-        .map(|h| {
-            let (h, ssh, f) = (h.clone(), hs.ssh.clone(), f.clone());
-            move || async move {
-                let r = match open(&ssh, &h).await {
-                    Ok(c) => f(c).await,
-                    Err(e) => Err(e),
-                };
-                (h, r)
-            }
-        })
-        .collect();
-    drive_fleet(hs.parallel, jobs).await
-}
-
-/// One host: its result as is; several: errors printed per host, the worst code.
-fn fold(mut v: Vec<(String, Result<i32, CliError>)>) -> Result<i32, CliError> {
-    if v.len() == 1 {
-        return v.pop().unwrap().1;
-    }
-    let mut code = exit::READY;
-    for (h, r) in v {
-        match r {
-            Ok(c) => code = exit::worst(code, c),
-            Err(e) => {
-                code = exit::worst(code, e.code());
-                eprintln!("vigil: {h}: {}", e.message());
-            }
-        }
-    }
-    Ok(code)
-}
-
-/// `vigil down --host H NAME…|--all`.
-pub async fn down(hs: Hosts, names: Vec<String>, all: bool, grace: Duration, json: bool) -> Result<i32, CliError> {
-    if names.is_empty() && !all {
-        return Err(CliError::usage("down: give a run name or --all"));
-    }
-    for n in &names {
-        crate::run::valid_name(n)?;
-    }
-    let tag = hs.list.len() > 1;
-    let r = each_host(&hs, move |c: Arc<Conn>| {
-        let names = names.clone();
-        async move {
-            let mut rep = Reporter::new(json, false);
-            if tag {
-                rep.tagged(&c.dest, None);
-            }
-            let names = if all { list_runs(&c).await? } else { names };
-            let mut code = exit::READY;
-            for n in names {
-                if !stop(&c, &n, grace, &mut rep).await? {
-                    code = exit::NOT_STOPPED;
-                }
-            }
-            Ok(code)
-        }
-    })
-    .await;
-    fold(r)
-}
-
-async fn list_runs(c: &Arc<Conn>) -> Result<Vec<String>, CliError> {
-    let (_, out, _) = c.exec(&remote::status_script(c), Duration::from_secs(60)).await?;
-    Ok(String::from_utf8_lossy(&out).lines().filter_map(|l| l.split('\t').next().map(String::from)).collect())
-}
-
-#[derive(serde::Serialize)]
-struct RemoteStatusRow {
-    host: String,
-    name: String,
-    server: Option<String>,
-    state: String,
-    phase: String,
-    in_state: Option<String>,
-    pid: i64,
-    keeper_pid: i64,
-    last_log_line_age_s: Option<u64>,
-}
-
-/// `vigil status --host H`: one line per remote run, phase from its log.
-pub async fn status(hs: Hosts, json: bool, profiles: Profiles) -> Result<i32, CliError> {
-    let rows = Arc::new(std::sync::Mutex::new(Vec::<RemoteStatusRow>::new()));
-    let rows2 = rows.clone();
-    let r = each_host(&hs, move |c: Arc<Conn>| {
-        let (rows, profiles) = (rows2.clone(), profiles.clone());
-        async move {
-            let (_, out, _) = c.exec(&remote::status_script(&c), Duration::from_secs(60)).await?;
-            let now = crate::run::now_ms() / 1000;
-            for l in String::from_utf8_lossy(&out).lines() {
-                let f: Vec<&str> = l.split('\t').collect();
-                if f.len() < 8 {
-                    continue;
-                }
-                let (name, alive, x, started) = (f[0], f[3] == "1", f[4], f[5].parse::<u64>().unwrap_or(0));
-                let (_, log, _) = c.exec(&remote::log_script(&c, name), Duration::from_secs(60)).await?;
-                let report = vigil_core::diagnose_text(&profiles, None, &String::from_utf8_lossy(&log));
-                let x = remote::exit_info(x.parse().ok());
-                let state = crate::up::run_state(alive, None, report.verdict, x.code, x.signal);
-                rows.lock().unwrap().push(RemoteStatusRow {
-                    host: c.dest.clone(),
-                    name: name.to_string(),
-                    server: report.server.clone(),
-                    state,
-                    phase: report.phase.to_string(),
-                    in_state: (alive && started > 0).then(|| fmt_ms(now.saturating_sub(started) * 1000)),
-                    pid: f[1].parse().unwrap_or(0),
-                    keeper_pid: f[2].parse().unwrap_or(0),
-                    last_log_line_age_s: f[6].parse().ok(),
-                });
-            }
-            Ok(exit::READY)
-        }
-    })
-    .await;
-    let rows = std::mem::take(&mut *rows.lock().unwrap());
-    let header = format!(
-        "{:<20} {:<16} {:<10} {:<14} {:<12} {:>8} {:>8} {:>9}",
-        "HOST", "NAME", "SERVER", "STATE", "PHASE", "FOR", "PID", "LOG AGE"
-    );
-    emit(r, rows, json, "no runs", header, |r| {
-        format!(
-            "{:<20} {:<16} {:<10} {:<14} {:<12} {:>8} {:>8} {:>9}",
-            r.host,
-            r.name,
-            r.server.clone().unwrap_or_else(|| "-".into()),
-            r.state,
-            r.phase,
-            r.in_state.clone().unwrap_or_else(|| "-".into()),
-            r.pid,
-            r.last_log_line_age_s.map_or("-".into(), |a| format!("{a}s")),
-        )
-    })
-}
-
-/// Rows gathered from every host: JSON, a line when there are none, or a table; the exit code is the
-/// worst host's (when every host failed, only their errors).
-fn emit<T: serde::Serialize>(
-    r: Vec<(String, Result<i32, CliError>)>,
-    rows: Vec<T>,
-    json: bool,
-    empty: &str,
-    header: String,
-    line: impl Fn(&T) -> String,
-) -> Result<i32, CliError> {
-    if r.iter().all(|(_, x)| x.is_err()) {
-        return fold(r);
-    }
-    crate::tables::rows(&rows, json, empty, &header, line);
-    fold(r)
-}
-
-/// `vigil logs --host H NAME [-f] [-n N]`.
-pub async fn logs(hs: Hosts, name: String, follow: bool, lines: usize) -> Result<i32, CliError> {
-    crate::run::valid_name(&name)?;
-    if hs.list.len() != 1 {
-        return Err(CliError::usage("logs: give one --host"));
-    }
-    let c = open(&hs.ssh, &hs.list[0]).await?;
-    // the last N lines of the first S bytes, and S: following resumes exactly there
-    let mut s = c.prelude(&name);
-    s.extend_from_slice(
-        format!(
-            "[ -f \"$D/server.log\" ] || exit 3\ns=$(wc -c < \"$D/server.log\")\necho \"$s\"\nhead -c \"$s\" \"$D/server.log\" | tail -n {lines}\n"
-        )
-        .as_bytes(),
-    );
-    let (code, out, _) = c.exec(&s, Duration::from_secs(120)).await?;
-    if code == 3 {
-        return Err(CliError::usage(format!("no run named '{name}' on {}", c.dest)));
-    }
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (size, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
-    let redactor = crate::run::Redactor::for_run(&name, Some(&c.dest));
-    for l in rest.lines() {
-        out_line(&redactor.redact(l));
-    }
-    if !follow {
-        return Ok(exit::READY);
-    }
-    // -f: the same follower as a watch (reconnects with backoff, no line lost or repeated)
-    let w = RemoteWatch::new(c.clone(), &name);
-    w.bytes.store(size.trim().parse().unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(remote::follow_log(w, tx));
-    let mut down = false;
-    loop {
-        tokio::select! {
-            _ = crate::signals::next_interrupt() => return Ok(exit::READY),
-            m = rx.recv() => match m {
-                Some(SourceMsg::Line(l)) => out_line(&redactor.redact(&l)),
-                Some(SourceMsg::Disconnected) if !down => {
-                    down = true;
-                    eprintln!("vigil: the SSH connection to {} dropped: reconnecting", c.dest);
-                }
-                Some(SourceMsg::Reconnected { host, down_ms, .. }) => {
-                    down = false;
-                    eprintln!("vigil: reconnected to {host} after {}", fmt_ms(down_ms));
-                }
-                Some(SourceMsg::Resumed) => down = false,
-                Some(SourceMsg::Lost(why)) => return Err(CliError::Unreachable(why)),
-                Some(_) => {}
-                None => return Ok(exit::READY),
-            }
-        }
-    }
-}
-
-#[derive(serde::Serialize)]
-struct RemotePsRow {
-    host: String,
-    pid: i32,
-    server: String,
-    age_s: Option<u64>,
-    ports: Vec<u16>,
-    cmd: String,
-}
-
-/// `vigil ps --host H`: inference servers on the host that `vigil up` did not start.
-pub async fn ps(hs: Hosts, json: bool, profiles: Profiles) -> Result<i32, CliError> {
-    let rows = Arc::new(std::sync::Mutex::new(Vec::<RemotePsRow>::new()));
-    let rows2 = rows.clone();
-    let r = each_host(&hs, move |c: Arc<Conn>| {
-        let rows = rows2.clone();
-        let profiles = profiles.clone();
-        async move {
-            let (_, out, _) = c.exec(&remote::ps_script(), Duration::from_secs(60)).await?;
-            let text = String::from_utf8_lossy(&out).into_owned();
-            for row in parse_ps(&text, &profiles) {
-                rows.lock().unwrap().push(RemotePsRow { host: c.dest.clone(), ..row });
-            }
-            Ok(exit::READY)
-        }
-    })
-    .await;
-    let rows = std::mem::take(&mut *rows.lock().unwrap());
-    let header = format!("{:<20} {:>8} {:<10} {:>8} {:<12} CMD", "HOST", "PID", "SERVER", "AGE", "PORTS");
-    emit(r, rows, json, "no inference servers found that vigil did not start", header, |r| {
-        let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
-        format!(
-            "{:<20} {:>8} {:<10} {:>8} {:<12} {}",
-            r.host,
-            r.pid,
-            r.server,
-            r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),
-            if ports.is_empty() { "-".into() } else { ports },
-            r.cmd
-        )
-    })
-}
-
-/// Parses the output of `ps_script`: processes, their socket inodes, then /proc/net/tcp{,6}.
-fn parse_ps(text: &str, profiles: &Profiles) -> Vec<RemotePsRow> {
-    let mut procs: Vec<(i32, i32, Option<u64>, String)> = Vec::new();
-    let mut socks: Vec<(i32, String)> = Vec::new();
-    let mut listen: std::collections::HashMap<String, u16> = Default::default();
-    let mut in_tcp = false;
-    for l in text.lines() {
-        if l == "tcp" {
-            in_tcp = true;
-            continue;
-        }
-        if in_tcp {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() > 9 && f[3] == "0A" {
-                if let Some(port) = f[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) {
-                    listen.insert(f[9].to_string(), port);
-                }
-            }
-        } else if let Some(rest) = l.strip_prefix("sock ") {
-            if let Some((p, ino)) = rest.split_once(' ') {
-                if let Ok(p) = p.parse() {
-                    socks.push((p, ino.trim_matches(|c| c == '[' || c == ']').to_string()));
-                }
-            }
-        } else {
-            let f: Vec<&str> = l.splitn(4, '\t').collect();
-            if f.len() == 4 {
-                if let (Ok(pid), Ok(ppid)) = (f[0].parse(), f[1].parse()) {
-                    procs.push((pid, ppid, f[2].parse().ok(), f[3].trim().to_string()));
-                }
-            }
-        }
-    }
-    let pids: std::collections::BTreeSet<i32> = procs.iter().map(|p| p.0).collect();
-    let mut rows = Vec::new();
-    for (pid, ppid, age, cmd) in &procs {
-        if pids.contains(ppid) || cmd.contains("vigil-keeper") {
-            continue;
-        }
-        let Some(kind) = profiles.ps_kind(cmd) else { continue };
-        let mut ports: Vec<u16> =
-            socks.iter().filter(|(p, _)| p == pid).filter_map(|(_, i)| listen.get(i).copied()).collect();
-        ports.sort();
-        ports.dedup();
-        rows.push(RemotePsRow {
-            host: String::new(),
-            pid: *pid,
-            server: kind.to_string(),
-            age_s: *age,
-            ports,
-            cmd: crate::run::redact_cmdline(cmd),
-        });
-    }
-    rows
-}
-
 /// `vigil check --host H -- CMD`: the model configs read from the node (through the connection,
 /// into a private local mirror), the config rules as for a local check, then the node itself: the
 /// port, and the GPU count (nvidia-smi) against TP×PP×DP.
@@ -1216,16 +899,6 @@ mod tests {
         assert_eq!(s, ["server", "--node-rank", "1", "--port", "30001", "--nnodes", "2"]);
         let b = vec![b"x".to_vec(), b"--node-rank=0".to_vec()];
         assert_eq!(rank_argv(&b, 3, 4)[1], b"--node-rank=3".to_vec());
-    }
-
-    #[test]
-    fn remote_ps_output_is_parsed() {
-        let text = "41\t1\t120\t/opt/llama-server -m m.gguf --port 8080 --api-key sk-secret-1234 \nsock 41 [777]\nsock 41 [778]\n42\t41\t119\t/opt/llama-server child\n50\t1\t5\tvim llama-server.txt\ntcp\n  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1\n";
-        let rows = parse_ps(text, &Profiles::builtin());
-        assert_eq!(rows.len(), 1, "the child is shown with its parent; vim is not a server");
-        assert_eq!(rows[0].pid, 41);
-        assert_eq!(rows[0].ports, vec![8080]);
-        assert!(!rows[0].cmd.contains("sk-secret"), "{}", rows[0].cmd);
     }
 
     #[test]

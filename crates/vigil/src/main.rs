@@ -3,6 +3,7 @@
 mod check;
 use check::fit;
 mod cli;
+mod commands;
 mod diagnose;
 mod error;
 mod events;
@@ -16,6 +17,7 @@ mod keeper;
 mod kprobe;
 mod lines;
 mod metrics;
+mod node;
 mod notify;
 mod probe;
 mod procs;
@@ -34,6 +36,7 @@ mod wait;
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};
 use error::CliError;
+use node::Nodes;
 use settings::{check_server, load_profiles};
 
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
@@ -134,10 +137,13 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             block_on(up::up(f.into_args(cmd)?, profiles))?
         }
         Cmd::Restart { name, up: f } => block_on(up::restart(&name, f.into_args(vec![])?, profiles))?,
-        Cmd::Down { names, all, pid, grace, json } => up::down(names, all, pid, grace, json),
-        Cmd::Status { json } => up::status(json, &profiles),
-        Cmd::Logs { name, follow, lines } => up::logs(&name, follow, lines),
-        Cmd::Ps { json } => up::ps(json, &profiles),
+        Cmd::Down { pid: Some(pid), grace, json, .. } => up::down_pid(pid, grace, json),
+        Cmd::Down { names, all, pid: None, grace, json } => {
+            block_on(commands::down(&Nodes::Local, names, all, grace, json))?
+        }
+        Cmd::Status { json } => block_on(commands::status(&Nodes::Local, json, &profiles))?,
+        Cmd::Logs { name, follow, lines } => block_on(commands::logs(&Nodes::Local, name, follow, lines))?,
+        Cmd::Ps { json } => block_on(commands::ps(&Nodes::Local, json, &profiles))?,
         Cmd::Gpu { json } => {
             let reader = match gpu::Reader::open() {
                 Ok(r) => r,
@@ -214,11 +220,11 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
             if pid.is_some() {
                 return Err(CliError::usage("down --host: give a run name or --all (--pid is local)"));
             }
-            rt.block_on(hosts::down(hs, names, all, grace, json))
+            rt.block_on(commands::down(&Nodes::Remote(hs), names, all, grace, json))
         }
-        Cmd::Status { json } => rt.block_on(hosts::status(hs, json, profiles)),
-        Cmd::Logs { name, follow, lines } => rt.block_on(hosts::logs(hs, name, follow, lines)),
-        Cmd::Ps { json } => rt.block_on(hosts::ps(hs, json, profiles)),
+        Cmd::Status { json } => rt.block_on(commands::status(&Nodes::Remote(hs), json, &profiles)),
+        Cmd::Logs { name, follow, lines } => rt.block_on(commands::logs(&Nodes::Remote(hs), name, follow, lines)),
+        Cmd::Ps { json } => rt.block_on(commands::ps(&Nodes::Remote(hs), json, &profiles)),
         Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
             if let Some(b) = gpu_mem {

@@ -5,9 +5,9 @@
 use crate::check::{Report as CheckReport, Severity};
 use crate::events::FleetEnd;
 use crate::follow;
+use crate::node::{ProcRow, RunRow};
 use crate::report::out_line;
 use crate::run;
-use crate::up::{PsRow, StatusRow};
 use vigil_core::judge::fmt_ms;
 
 /// Rows as one JSON array, or a header and a line per row (`empty` when there are none).
@@ -24,15 +24,27 @@ pub fn rows<T: serde::Serialize>(rows: &[T], json: bool, empty: &str, header: &s
     }
 }
 
-/// `vigil status`.
-pub fn status(rows: &[StatusRow], json: bool) {
+/// `vigil status` (with a HOST column for runs on remote nodes).
+pub fn status(rows: &[RunRow], json: bool) {
+    let remote = rows.iter().any(|r| r.host.is_some());
+    let host =
+        |h: &Option<String>| if remote { format!("{:<20} ", h.as_deref().unwrap_or("-")) } else { String::new() };
     let header = format!(
-        "{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
-        "NAME", "SERVER", "STATE", "PHASE", "FOR", "PORT", "PID", "LOG AGE"
+        "{}{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
+        if remote { format!("{:<20} ", "HOST") } else { String::new() },
+        "NAME",
+        "SERVER",
+        "STATE",
+        "PHASE",
+        "FOR",
+        "PORT",
+        "PID",
+        "LOG AGE"
     );
     self::rows(rows, json, "no runs", &header, |r| {
         format!(
-            "{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
+            "{}{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
+            host(&r.host),
             r.name,
             r.server.clone().unwrap_or_else(|| "-".into()),
             r.state,
@@ -45,13 +57,25 @@ pub fn status(rows: &[StatusRow], json: bool) {
     });
 }
 
-/// `vigil ps`.
-pub fn ps(rows: &[PsRow], json: bool) {
-    let header = format!("{:>8} {:<10} {:>8} {:<12} {:>9} CMD", "PID", "SERVER", "AGE", "PORTS", "GPU MiB");
+/// `vigil ps` (with a HOST column for remote nodes).
+pub fn ps(rows: &[ProcRow], json: bool) {
+    let remote = rows.iter().any(|r| r.host.is_some());
+    let host =
+        |h: &Option<String>| if remote { format!("{:<20} ", h.as_deref().unwrap_or("-")) } else { String::new() };
+    let header = format!(
+        "{}{:>8} {:<10} {:>8} {:<12} {:>9} CMD",
+        if remote { format!("{:<20} ", "HOST") } else { String::new() },
+        "PID",
+        "SERVER",
+        "AGE",
+        "PORTS",
+        "GPU MiB"
+    );
     self::rows(rows, json, "no inference servers found that vigil did not start", &header, |r| {
         let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
         format!(
-            "{:>8} {:<10} {:>8} {:<12} {:>9} {}",
+            "{}{:>8} {:<10} {:>8} {:<12} {:>9} {}",
+            host(&r.host),
             r.pid,
             r.server,
             r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),

@@ -5,7 +5,7 @@ use crate::events::{RunEvent, WatchEvent};
 use crate::exit;
 use crate::follow::{arg_value, cmdline};
 use crate::procs;
-use crate::report::{out_line, Reporter};
+use crate::report::Reporter;
 use crate::run::{self, RunRecord, Secrets, State, StopRequest};
 use crate::wait;
 use std::os::unix::process::CommandExt;
@@ -130,7 +130,7 @@ pub fn run_pids(st: &State) -> Vec<i32> {
     v
 }
 
-fn read_state(dir: &Path) -> Option<State> {
+pub fn read_state(dir: &Path) -> Option<State> {
     run::read_json(&dir.join("state.json"))
 }
 
@@ -486,144 +486,32 @@ fn gpu_release(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -
     left.iter().map(|h| h.pid).collect()
 }
 
-pub fn down(names: Vec<String>, all: bool, pid: Option<i32>, grace: Duration, json: bool) -> Result<i32, CliError> {
+/// `vigil down --pid PID`: stops a process tree vigil did not start, proving nothing (and no GPU memory)
+/// is left.
+pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<i32, CliError> {
     let mut rep = Reporter::new(json, false);
-    if let Some(p) = pid {
-        if !procs::alive(p) {
-            return Err(CliError::usage(format!("--pid {p}: no such live process")));
-        }
-        let t0 = Instant::now();
-        let mut tree = vec![p];
-        tree.extend(procs::descendants(p));
-        let gpu_before = crate::gpu::before_stop(p, &tree);
-        let r = procs::stop_tree(p, true, grace, &mut |sig, pids| {
-            rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids)))
-        });
-        rep.emit(None, &WatchEvent::TreeStopped { pid: p, report: &r });
-        for s in &r.survivors {
-            rep.note(r.elapsed_ms, &format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd)));
-        }
-        if r.survivors.is_empty() {
-            rep.note(
-                r.elapsed_ms,
-                &format!("stopped pid {p} and {} other process(es); none left", r.stopped.len().saturating_sub(1)),
-            );
-        }
-        let gpu_left = gpu_release(gpu_before, &mut rep, t0);
-        return Ok(if r.survivors.is_empty() && gpu_left.is_empty() { exit::READY } else { exit::NOT_STOPPED });
+    if !procs::alive(p) {
+        return Err(CliError::usage(format!("--pid {p}: no such live process")));
     }
-    let names = if all { run::list_runs()? } else { names };
-    if names.is_empty() {
-        return Err(CliError::usage("down: give a run name, --all or --pid PID"));
+    let t0 = Instant::now();
+    let mut tree = vec![p];
+    tree.extend(procs::descendants(p));
+    let gpu_before = crate::gpu::before_stop(p, &tree);
+    let r = procs::stop_tree(p, true, grace, &mut |sig, pids| {
+        rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids)))
+    });
+    rep.emit(None, &WatchEvent::TreeStopped { pid: p, report: &r });
+    for s in &r.survivors {
+        rep.note(r.elapsed_ms, &format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd)));
     }
-    let mut code = exit::READY;
-    for n in names {
-        let (dir, _) = run::load(&n)?;
-        let st = read_state(&dir).unwrap_or_default();
-        if run_pids(&st).is_empty() {
-            rep.note(0, &format!("'{n}': nothing running"));
-            continue;
-        }
-        let surv = stop_run(&dir, &st, grace, &mut rep)?;
-        if !surv.is_empty() {
-            code = exit::NOT_STOPPED;
-        }
+    if r.survivors.is_empty() {
+        rep.note(
+            r.elapsed_ms,
+            &format!("stopped pid {p} and {} other process(es); none left", r.stopped.len().saturating_sub(1)),
+        );
     }
-    Ok(code)
-}
-
-/// What `status` reads of a run's verdict.json (the report of the last verdict vigil reached).
-#[derive(serde::Deserialize)]
-struct Recorded {
-    verdict: Verdict,
-}
-
-#[derive(serde::Serialize)]
-pub struct StatusRow {
-    pub name: String,
-    pub server: Option<String>,
-    pub state: String,
-    pub phase: String,
-    pub in_state: Option<String>,
-    pub port: Option<u16>,
-    pub pid: Option<i32>,
-    pub keeper_pid: i32,
-    pub last_log_line_age_s: Option<u64>,
-}
-
-pub fn status(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
-    let mut rows = Vec::new();
-    for n in run::list_runs()? {
-        let (dir, rec) = run::load(&n)?;
-        let st = read_state(&dir).unwrap_or_default();
-        let alive = st.server_pid.is_some_and(procs::alive);
-        let log_text = std::fs::read(&rec.log).unwrap_or_default();
-        let report = vigil_core::diagnose_text(profiles, rec.server.as_deref(), &String::from_utf8_lossy(&log_text));
-        let recorded: Option<Recorded> = run::read_json(&dir.join("verdict.json"));
-        let state =
-            run_state(alive, recorded.as_ref().map(|r| r.verdict), report.verdict, st.exit_code, st.exit_signal);
-        let since = if alive { st.started_unix_ms } else { st.ended_unix_ms.unwrap_or(st.started_unix_ms) };
-        let age = std::fs::metadata(&rec.log)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .map(|d| d.as_secs());
-        rows.push(StatusRow {
-            name: n,
-            server: rec.server.clone(),
-            state,
-            phase: report.phase.to_string(),
-            in_state: (since > 0).then(|| fmt_ms(run::now_ms().saturating_sub(since))),
-            port: rec.port,
-            pid: st.server_pid,
-            keeper_pid: st.keeper_pid,
-            last_log_line_age_s: age,
-        });
-    }
-    crate::tables::status(&rows, json);
-    Ok(exit::READY)
-}
-
-pub fn logs(name: &str, follow: bool, n: usize) -> Result<i32, CliError> {
-    let (_, rec) = run::load(name)?;
-    let redactor = run::Redactor::for_run(name, None);
-    let redact = |s: &str| redactor.redact(s);
-    let path = PathBuf::from(&rec.log);
-    let data = std::fs::read(&path).unwrap_or_default();
-    let text = String::from_utf8_lossy(&data);
-    let lines: Vec<&str> = text.lines().collect();
-    for l in &lines[lines.len().saturating_sub(n)..] {
-        out_line(&redact(l));
-    }
-    if !follow {
-        return Ok(exit::READY);
-    }
-    use std::io::{Read, Seek, SeekFrom};
-    use std::os::unix::fs::MetadataExt;
-    let mut f = std::fs::File::open(&path).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
-    let mut ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
-    let mut pos = data.len() as u64;
-    let _ = f.seek(SeekFrom::Start(pos));
-    let mut split = crate::lines::Splitter::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let k = f.read(&mut buf).unwrap_or(0);
-        if k > 0 {
-            pos += k as u64;
-            split.push(&buf[..k], &mut |l| out_line(&redact(&l)));
-            continue;
-        }
-        if let Ok(m) = std::fs::metadata(&path) {
-            if m.ino() != ino || m.len() < pos {
-                if let Ok(nf) = std::fs::File::open(&path) {
-                    f = nf;
-                    ino = m.ino();
-                    pos = 0;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let gpu_left = gpu_release(gpu_before, &mut rep, t0);
+    Ok(if r.survivors.is_empty() && gpu_left.is_empty() { exit::READY } else { exit::NOT_STOPPED })
 }
 
 pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
@@ -643,65 +531,4 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, C
     let n = run::restarts(&dir) + 1;
     run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;
     launch(name, argv, env, PathBuf::from(&rec.cwd), rec.server.clone(), &a, profiles).await
-}
-
-#[derive(serde::Serialize)]
-pub struct PsRow {
-    pub pid: i32,
-    pub server: String,
-    pub age_s: Option<u64>,
-    pub ports: Vec<u16>,
-    /// GPU memory held by the process tree (MiB), when GPU readings exist.
-    pub gpu_mib: Option<u64>,
-    pub cmd: String,
-}
-
-/// Inference servers on this machine that vigil did not start.
-pub fn ps(json: bool, profiles: &Profiles) -> Result<i32, CliError> {
-    let all = procs::all_procs();
-    let keepers: Vec<i32> = all
-        .iter()
-        .filter(|p| cmdline(p.pid).is_some_and(|c| c.iter().any(|a| a == "__keeper")))
-        .map(|p| p.pid)
-        .collect();
-    let ours: std::collections::BTreeSet<i32> = keepers.iter().flat_map(|k| procs::descendants(*k)).collect();
-    let mut matched: Vec<(i32, i32, String, String)> = Vec::new(); // pid, ppid, kind, cmd
-    for p in &all {
-        if p.state == 'Z' || ours.contains(&p.pid) || p.pid == std::process::id() as i32 {
-            continue;
-        }
-        let cmd = cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| p.comm.clone());
-        if let Some(k) = profiles.ps_kind(&cmd).or_else(|| profiles.ps_kind(&p.comm)) {
-            matched.push((p.pid, p.ppid, k.to_string(), cmd));
-        }
-    }
-    let pids: std::collections::BTreeSet<i32> = matched.iter().map(|m| m.0).collect();
-    let gpu = crate::gpu::Reader::open().and_then(|r| r.sample()).ok();
-    let mut rows = Vec::new();
-    for (pid, ppid, kind, cmd) in matched {
-        if pids.contains(&ppid) {
-            continue; // shown with its parent
-        }
-        let mut ports = procs::ports_of(pid);
-        for d in procs::descendants(pid) {
-            ports.extend(procs::ports_of(d));
-        }
-        ports.sort();
-        ports.dedup();
-        let gpu_mib = gpu.as_ref().map(|s| {
-            let mut tree: std::collections::BTreeSet<i32> = procs::descendants(pid).into_iter().collect();
-            tree.insert(pid);
-            crate::gpu::held_by(s, &tree, &procs::exists).total_mib
-        });
-        rows.push(PsRow {
-            pid,
-            server: kind,
-            age_s: procs::read_proc(pid).as_ref().and_then(procs::age_secs),
-            ports,
-            gpu_mib,
-            cmd: run::redact_cmdline(&cmd),
-        });
-    }
-    crate::tables::ps(&rows, json);
-    Ok(exit::READY)
 }

@@ -1,0 +1,174 @@
+//! This machine: runs are the run directories under the state directory, their processes are read from
+//! /proc, and a stop goes through the run's keeper.
+
+use super::{LogTail, Node, ProcRow, RunRow};
+use crate::error::CliError;
+use crate::follow::{cmdline, SourceMsg};
+use crate::report::Reporter;
+use crate::run::{self, Redactor};
+use crate::up::{read_state, run_pids, run_state, stop_run};
+use crate::{gpu, procs};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+use vigil_core::judge::fmt_ms;
+use vigil_core::{Profiles, Verdict};
+
+pub struct LocalNode;
+
+/// What `status` reads of a run's verdict.json (the report of the last verdict vigil reached).
+#[derive(serde::Deserialize)]
+struct Recorded {
+    verdict: Verdict,
+}
+
+impl Node for LocalNode {
+    fn host(&self) -> Option<&str> {
+        None
+    }
+
+    async fn runs(&self) -> Result<Vec<String>, CliError> {
+        run::list_runs()
+    }
+
+    async fn status(&self, profiles: &Profiles) -> Result<Vec<RunRow>, CliError> {
+        let mut rows = Vec::new();
+        for n in run::list_runs()? {
+            let (dir, rec) = run::load(&n)?;
+            let st = read_state(&dir).unwrap_or_default();
+            let alive = st.server_pid.is_some_and(procs::alive);
+            let log_text = std::fs::read(&rec.log).unwrap_or_default();
+            let report =
+                vigil_core::diagnose_text(profiles, rec.server.as_deref(), &String::from_utf8_lossy(&log_text));
+            let recorded: Option<Recorded> = run::read_json(&dir.join("verdict.json"));
+            let state =
+                run_state(alive, recorded.as_ref().map(|r| r.verdict), report.verdict, st.exit_code, st.exit_signal);
+            let since = if alive { st.started_unix_ms } else { st.ended_unix_ms.unwrap_or(st.started_unix_ms) };
+            let age = std::fs::metadata(&rec.log)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .map(|d| d.as_secs());
+            rows.push(RunRow {
+                host: None,
+                name: n,
+                server: rec.server.clone(),
+                state,
+                phase: report.phase.to_string(),
+                in_state: (since > 0).then(|| fmt_ms(run::now_ms().saturating_sub(since))),
+                port: rec.port,
+                pid: st.server_pid.map(i64::from),
+                keeper_pid: st.keeper_pid.into(),
+                last_log_line_age_s: age,
+            });
+        }
+        Ok(rows)
+    }
+
+    async fn stop(&self, name: &str, grace: Duration, rep: &mut Reporter) -> Result<bool, CliError> {
+        let (dir, _) = run::load(name)?;
+        let st = read_state(&dir).unwrap_or_default();
+        if run_pids(&st).is_empty() {
+            rep.note(0, &format!("'{name}': nothing running"));
+            return Ok(true);
+        }
+        Ok(stop_run(&dir, &st, grace, rep)?.is_empty())
+    }
+
+    async fn log_tail(&self, name: &str, n: usize) -> Result<LogTail, CliError> {
+        let (_, rec) = run::load(name)?;
+        let data = std::fs::read(&rec.log).unwrap_or_default();
+        let text = String::from_utf8_lossy(&data);
+        let lines: Vec<&str> = text.lines().collect();
+        let lines = lines[lines.len().saturating_sub(n)..].iter().map(|l| l.to_string()).collect();
+        Ok(LogTail { lines, offset: data.len() as u64 })
+    }
+
+    async fn follow_log(&self, name: &str, from: u64, tx: UnboundedSender<SourceMsg>) {
+        use std::io::{Read, Seek, SeekFrom};
+        use std::os::unix::fs::MetadataExt;
+        let Ok((_, rec)) = run::load(name) else { return };
+        let path = PathBuf::from(&rec.log);
+        let Ok(mut f) = std::fs::File::open(&path) else { return };
+        let mut ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
+        let mut pos = from;
+        let _ = f.seek(SeekFrom::Start(pos));
+        let mut split = crate::lines::Splitter::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        while !tx.is_closed() {
+            let k = f.read(&mut buf).unwrap_or(0);
+            if k > 0 {
+                pos += k as u64;
+                split.push(&buf[..k], &mut |l| {
+                    let _ = tx.send(SourceMsg::Line(l));
+                });
+                continue;
+            }
+            // rotated (a new inode) or truncated: read the new file from its start
+            if let Ok(m) = std::fs::metadata(&path) {
+                if m.ino() != ino || m.len() < pos {
+                    if let Ok(nf) = std::fs::File::open(&path) {
+                        f = nf;
+                        ino = m.ino();
+                        pos = 0;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn ps(&self, profiles: &Profiles) -> Result<Vec<ProcRow>, CliError> {
+        let all = procs::all_procs();
+        let keepers: Vec<i32> = all
+            .iter()
+            .filter(|p| cmdline(p.pid).is_some_and(|c| c.iter().any(|a| a == "__keeper")))
+            .map(|p| p.pid)
+            .collect();
+        let ours: BTreeSet<i32> = keepers.iter().flat_map(|k| procs::descendants(*k)).collect();
+        let mut matched: Vec<(i32, i32, String, String)> = Vec::new(); // pid, ppid, kind, cmd
+        for p in &all {
+            if p.state == 'Z' || ours.contains(&p.pid) || p.pid == std::process::id() as i32 {
+                continue;
+            }
+            let cmd = cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| p.comm.clone());
+            if let Some(k) = profiles.ps_kind(&cmd).or_else(|| profiles.ps_kind(&p.comm)) {
+                matched.push((p.pid, p.ppid, k.to_string(), cmd));
+            }
+        }
+        let pids: BTreeSet<i32> = matched.iter().map(|m| m.0).collect();
+        let sample = gpu::Reader::open().and_then(|r| r.sample()).ok();
+        let mut rows = Vec::new();
+        for (pid, ppid, kind, cmd) in matched {
+            if pids.contains(&ppid) {
+                continue; // shown with its parent
+            }
+            let mut ports = procs::ports_of(pid);
+            for d in procs::descendants(pid) {
+                ports.extend(procs::ports_of(d));
+            }
+            ports.sort();
+            ports.dedup();
+            let gpu_mib = sample.as_ref().map(|s| {
+                let mut tree: BTreeSet<i32> = procs::descendants(pid).into_iter().collect();
+                tree.insert(pid);
+                gpu::held_by(s, &tree, &procs::exists).total_mib
+            });
+            rows.push(ProcRow {
+                host: None,
+                pid,
+                server: kind,
+                age_s: procs::read_proc(pid).as_ref().and_then(procs::age_secs),
+                ports,
+                gpu_mib,
+                cmd: run::redact_cmdline(&cmd),
+            });
+        }
+        Ok(rows)
+    }
+
+    fn redactor(&self, name: &str) -> Redactor {
+        Redactor::for_run(name, None)
+    }
+}

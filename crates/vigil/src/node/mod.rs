@@ -1,0 +1,198 @@
+//! One node, local or over SSH, with one control vocabulary: list its runs and their state, stop a run
+//! (with grace, proving nothing is left), read and follow a run's log from an offset, list the inference
+//! servers it runs that vigil did not start. [`LocalNode`] works on this machine's run directories and
+//! /proc; [`SshNode`] sends small scripts over one SSH connection and reads their answers. The commands
+//! (`commands.rs`) are written once over [`Node`]; [`Nodes`] runs them on this machine or on every host.
+
+pub mod local;
+pub mod ssh;
+
+use crate::error::CliError;
+use crate::follow::SourceMsg;
+use crate::report::Reporter;
+use crate::run::Redactor;
+use serde::Serialize;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+use vigil_core::Profiles;
+
+pub use local::LocalNode;
+pub use ssh::SshNode;
+
+/// One run of `vigil up` on a node, as `status` shows it.
+#[derive(Debug, Serialize)]
+pub struct RunRow {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    pub name: String,
+    pub server: Option<String>,
+    pub state: String,
+    pub phase: String,
+    pub in_state: Option<String>,
+    pub port: Option<u16>,
+    pub pid: Option<i64>,
+    pub keeper_pid: i64,
+    pub last_log_line_age_s: Option<u64>,
+}
+
+/// An inference server on a node that vigil did not start, as `ps` shows it.
+#[derive(Debug, Serialize)]
+pub struct ProcRow {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    pub pid: i32,
+    pub server: String,
+    pub age_s: Option<u64>,
+    pub ports: Vec<u16>,
+    /// GPU memory held by the process tree (MiB), when GPU readings exist.
+    pub gpu_mib: Option<u64>,
+    pub cmd: String,
+}
+
+/// The end of a run's log: its last lines, and the byte offset after them (where following resumes).
+pub struct LogTail {
+    pub lines: Vec<String>,
+    pub offset: u64,
+}
+
+/// What every node offers.
+#[allow(async_fn_in_trait)]
+pub trait Node {
+    /// The host, for a remote node (tags lines and rows).
+    fn host(&self) -> Option<&str>;
+    /// The names of the runs on the node.
+    async fn runs(&self) -> Result<Vec<String>, CliError>;
+    /// Every run with its state and phase.
+    async fn status(&self, profiles: &Profiles) -> Result<Vec<RunRow>, CliError>;
+    /// Stops a run: SIGTERM, `grace`, SIGKILL, then proves no process (and no GPU memory) is left.
+    /// True when nothing is left.
+    async fn stop(&self, run: &str, grace: Duration, rep: &mut Reporter) -> Result<bool, CliError>;
+    /// The last `lines` lines of a run's log.
+    async fn log_tail(&self, run: &str, lines: usize) -> Result<LogTail, CliError>;
+    /// Follows a run's log from byte `from`: lines (and connection notes) go to `tx` until it closes.
+    async fn follow_log(&self, run: &str, from: u64, tx: UnboundedSender<SourceMsg>);
+    /// Inference servers on the node that vigil did not start.
+    async fn ps(&self, profiles: &Profiles) -> Result<Vec<ProcRow>, CliError>;
+    /// What to hide in a run's output: its stored secrets.
+    fn redactor(&self, run: &str) -> Redactor;
+}
+
+/// This machine, or a remote node: the two implementations behind one type for the drivers.
+pub enum AnyNode {
+    Local(LocalNode),
+    Ssh(SshNode),
+}
+
+macro_rules! each {
+    ($s:expr, $n:ident => $e:expr) => {
+        match $s {
+            AnyNode::Local($n) => $e,
+            AnyNode::Ssh($n) => $e,
+        }
+    };
+}
+
+impl Node for AnyNode {
+    fn host(&self) -> Option<&str> {
+        each!(self, n => n.host())
+    }
+    async fn runs(&self) -> Result<Vec<String>, CliError> {
+        each!(self, n => n.runs().await)
+    }
+    async fn status(&self, profiles: &Profiles) -> Result<Vec<RunRow>, CliError> {
+        each!(self, n => n.status(profiles).await)
+    }
+    async fn stop(&self, run: &str, grace: Duration, rep: &mut Reporter) -> Result<bool, CliError> {
+        each!(self, n => n.stop(run, grace, rep).await)
+    }
+    async fn log_tail(&self, run: &str, lines: usize) -> Result<LogTail, CliError> {
+        each!(self, n => n.log_tail(run, lines).await)
+    }
+    async fn follow_log(&self, run: &str, from: u64, tx: UnboundedSender<SourceMsg>) {
+        each!(self, n => n.follow_log(run, from, tx).await)
+    }
+    async fn ps(&self, profiles: &Profiles) -> Result<Vec<ProcRow>, CliError> {
+        each!(self, n => n.ps(profiles).await)
+    }
+    fn redactor(&self, run: &str) -> Redactor {
+        each!(self, n => n.redactor(run))
+    }
+}
+
+/// Where a command runs: this machine, or every host of `--host/--hosts`.
+pub enum Nodes {
+    Local,
+    Remote(crate::hosts::Hosts),
+}
+
+impl Nodes {
+    /// Several nodes: lines are tagged with their host.
+    pub fn several(&self) -> bool {
+        matches!(self, Nodes::Remote(h) if h.list.len() > 1)
+    }
+
+    /// Runs `f` on every node (hosts at most `--parallel` at once, each over its own connection); the
+    /// results in node order, each with the node's name.
+    pub async fn each<T, F, Fut>(&self, f: F) -> Vec<(String, Result<T, CliError>)>
+    where
+        T: 'static,
+        F: Fn(AnyNode) -> Fut + Clone + 'static,
+        Fut: std::future::Future<Output = Result<T, CliError>> + 'static,
+    {
+        match self {
+            Nodes::Local => vec![("local".into(), f(AnyNode::Local(LocalNode)).await)],
+            Nodes::Remote(hs) => {
+                let jobs: Vec<_> = hs
+                    .list
+                    .iter()
+                    .map(|h| {
+                        let (h, ssh, f) = (h.clone(), hs.ssh.clone(), f.clone());
+                        move || async move {
+                            let r = match SshNode::open(&ssh, &h).await {
+                                Ok(n) => f(AnyNode::Ssh(n)).await,
+                                Err(e) => Err(e),
+                            };
+                            (h, r)
+                        }
+                    })
+                    .collect();
+                crate::hosts::drive_fleet(hs.parallel, jobs).await
+            }
+        }
+    }
+}
+
+/// One node: its result as is; several: errors printed per node, the worst code.
+pub fn fold(mut v: Vec<(String, Result<i32, CliError>)>) -> Result<i32, CliError> {
+    use crate::exit;
+    if v.len() == 1 {
+        return v.pop().unwrap().1;
+    }
+    let mut code = exit::READY;
+    for (h, r) in v {
+        match r {
+            Ok(c) => code = exit::worst(code, c),
+            Err(e) => {
+                code = exit::worst(code, e.code());
+                eprintln!("vigil: {h}: {}", e.message());
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// Rows gathered from every node, and the exit code: when every node failed, only their errors.
+pub fn gather<T>(r: Vec<(String, Result<Vec<T>, CliError>)>) -> (Vec<T>, Result<i32, CliError>) {
+    let mut rows = Vec::new();
+    let mut codes = Vec::new();
+    for (h, x) in r {
+        match x {
+            Ok(v) => {
+                rows.extend(v);
+                codes.push((h, Ok(crate::exit::READY)));
+            }
+            Err(e) => codes.push((h, Err(e))),
+        }
+    }
+    (rows, fold(codes))
+}

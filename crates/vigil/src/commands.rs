@@ -5,12 +5,14 @@
 use crate::error::CliError;
 use crate::exit;
 use crate::follow::SourceMsg;
-use crate::node::{fold, gather, Node, Nodes};
+use crate::node::{fold, gather, AnyNode, LocalNode, Node, Nodes, SshNode};
 use crate::report::{out_line, Reporter};
+use crate::up::UpArgs;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use vigil_core::judge::fmt_ms;
-use vigil_core::Profiles;
+use vigil_core::{Profiles, Verdict};
 
 /// `vigil status`: every run with its state and phase.
 pub async fn status(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<i32, CliError> {
@@ -126,4 +128,93 @@ pub async fn logs(nodes: &Nodes, name: String, follow: bool, lines: usize) -> Re
         })
         .await;
     fold(r)
+}
+
+/// `vigil up -- CMD`: launches the server on this machine or one host, watches it to a verdict, and
+/// then, by the flags: leaves it (`--detach`), keeps watching (`--watch`), or serves in the foreground
+/// until Ctrl-C or its end. Interrupted, it stops what it launched (unless `--keep`). Several hosts are
+/// a fleet or a multi-node server (`hosts::up`).
+pub async fn up(
+    nodes: &Nodes,
+    local: Option<LocalNode>,
+    a: UpArgs,
+    argv: Vec<Vec<u8>>,
+    profiles: Profiles,
+) -> Result<i32, CliError> {
+    if argv.is_empty() {
+        return Err(CliError::usage(
+            "up: give the server command after --, e.g. vigil up -- llama-server -m model.gguf",
+        ));
+    }
+    let node = match nodes {
+        Nodes::Local => AnyNode::Local(local.unwrap_or_default()),
+        Nodes::Remote(hs) if hs.list.len() == 1 && !hs.multi_node => {
+            AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?)
+        }
+        Nodes::Remote(hs) => return crate::hosts::up(hs.clone(), a, argv, profiles).await,
+    };
+    let node = Arc::new(node);
+    let label = node.host().unwrap_or("local").to_string();
+    let a = Arc::new(a);
+    let r = crate::hosts::up_one(node.clone(), &label, None, 1, false, a.clone(), argv, Arc::new(profiles), None, None)
+        .await;
+    let (name, interrupted, ready) =
+        (r.name.clone(), r.interrupted, r.report.as_ref().is_some_and(|x| x.verdict == Verdict::Ready));
+    let launched = r.report.is_some() || r.interrupted;
+    let code = r.into_single()?;
+    if !launched {
+        return Ok(code);
+    }
+    let on = node.host().map(|h| format!(" on {h}")).unwrap_or_default();
+    let mut rep = Reporter::new(a.json, a.quiet);
+    if interrupted {
+        if a.keep {
+            rep.note(0, &format!("--keep: '{name}' keeps running{on}; stop it with `vigil down {name}`"));
+            return Ok(code);
+        }
+        // SIGTERM after ready is an orderly stop (exit 0); before a verdict it stays 130
+        let ok = node.stop(&name, a.grace, &mut rep).await?;
+        return Ok(if ok { code } else { exit::NOT_STOPPED });
+    }
+    if a.detach || crate::up::watching(&a) || !ready {
+        return Ok(code);
+    }
+    // Foreground after ready: stay until the server ends or Ctrl-C stops it.
+    rep.note(0, &format!("'{name}' is serving{on}; Ctrl-C stops it (--detach to leave it running)"));
+    tokio::select! {
+        _ = crate::signals::next_interrupt() => {}
+        how = node.wait_exit(&name) => {
+            rep.note(0, &format!("the server {how} after ready"));
+            return Ok(exit::CRASHED);
+        }
+    }
+    let ok = node.stop(&name, a.grace, &mut rep).await?;
+    Ok(if ok { exit::READY } else { exit::NOT_STOPPED })
+}
+
+/// `vigil wait`: watches a server to a verdict: what the flags name, or the run NAME of `vigil up` on this
+/// machine or one host. Several hosts are a fleet or a multi-node server (`hosts::wait`).
+pub async fn wait(
+    nodes: &Nodes,
+    name: Option<String>,
+    mut w: crate::wait::Args,
+    profiles: Profiles,
+) -> Result<i32, CliError> {
+    let node = match nodes {
+        Nodes::Local => AnyNode::Local(LocalNode::default()),
+        Nodes::Remote(hs) => {
+            let Some(name) = name.clone() else {
+                return Err(CliError::usage("wait --host: give the NAME of a run started with `vigil up --host`"));
+            };
+            if hs.list.len() > 1 || hs.multi_node {
+                return crate::hosts::wait(hs.clone(), name, w, profiles).await;
+            }
+            crate::run::valid_name(&name)?;
+            AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?)
+        }
+    };
+    if let Some(n) = &name {
+        node.attach(n, &mut w, &profiles, true).await?;
+    }
+    Ok(crate::wait::run(w, profiles).await?.code)
 }

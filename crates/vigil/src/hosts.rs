@@ -12,7 +12,8 @@
 use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit;
-use crate::remote::{self, Conn, RemoteWatch, SshOpts};
+use crate::node::{AnyNode, Launch, Node, SshNode};
+use crate::remote::{self, Conn, SshOpts};
 use crate::report::Reporter;
 use crate::up::UpArgs;
 use crate::wait;
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use vigil_core::fleet::{self, MultiNode, MultiStep};
 use vigil_core::judge::fmt_ms;
-use vigil_core::{Phase, Profiles, Report, Verdict};
+use vigil_core::{Phase, Profiles, Report};
 
 /// Which hosts, and how to drive them.
 #[derive(Clone, Debug)]
@@ -91,8 +92,9 @@ impl HostResult {
             code: exit::INTERNAL,
             report: None,
             note: String::new(),
-            conn: None,
+            node: None,
             name: name.to_string(),
+            interrupted: false,
         }
     }
 
@@ -101,6 +103,7 @@ impl HostResult {
         match r {
             Ok(o) => {
                 self.code = o.code;
+                self.interrupted = o.interrupted;
                 self.note = o
                     .report
                     .as_ref()
@@ -117,7 +120,7 @@ impl HostResult {
 
     /// A single host's result as vigil's own: a failure without a verdict is the error it was
     /// (its one line printed, its exit code); anything else is the exit code.
-    fn into_single(self) -> Result<i32, CliError> {
+    pub fn into_single(self) -> Result<i32, CliError> {
         if self.report.is_some() || matches!(self.code, exit::READY | exit::DEGRADED | exit::INTERRUPTED) {
             return Ok(self.code);
         }
@@ -133,7 +136,7 @@ impl HostResult {
     }
 }
 
-type Registry = Arc<std::sync::Mutex<Vec<Option<(Arc<Conn>, String)>>>>;
+type Registry = Arc<std::sync::Mutex<Vec<Option<(Arc<AnyNode>, String)>>>>;
 
 /// What one host ended with.
 pub struct HostResult {
@@ -143,8 +146,11 @@ pub struct HostResult {
     pub report: Option<Report>,
     /// One line: the verdict's summary or why the host failed.
     pub note: String,
-    pub conn: Option<Arc<Conn>>,
+    /// The node, once reached (to stop its run later).
+    pub node: Option<Arc<AnyNode>>,
     pub name: String,
+    /// The watch ended on SIGINT/SIGTERM.
+    pub interrupted: bool,
 }
 
 fn lossy(a: &[u8]) -> String {
@@ -195,7 +201,7 @@ fn run_name(a: &UpArgs, kind: &Option<String>, argv: &[Vec<u8>]) -> String {
     })
 }
 
-/// `vigil up --host/--hosts`.
+/// `vigil up --hosts` (a fleet) or a multi-node server: `commands::up` runs a single node itself.
 pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) -> Result<i32, CliError> {
     if argv.is_empty() {
         return Err(CliError::usage("up: give the server command after --"));
@@ -211,11 +217,6 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
     }
     let a = Arc::new(a);
     let profiles = Arc::new(profiles);
-    let single = hs.list.len() == 1 && !multi;
-    if single {
-        let r = up_one(&hs, &hs.list[0], None, 1, false, a.clone(), argv, profiles.clone(), None, None).await;
-        return finish_single(r, &a).await;
-    }
     let n = hs.list.len();
     // every host's connection and run name, as soon as it exists: a failed rank stops the others,
     // whose watches were cut short
@@ -230,7 +231,21 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
             let argv = if multi { rank_argv(&argv, i, n) } else { argv.clone() };
             let ptx = multi.then(|| ptx.clone());
             let reg = Some((conns.clone(), i));
-            move || async move { up_one(&hs, &h, multi.then_some(i), n, true, a, argv, profiles, ptx, reg).await }
+            move || async move {
+                let rank = multi.then_some(i);
+                let node = match SshNode::open(&hs.ssh, &h).await {
+                    Ok(n) => Arc::new(AnyNode::Ssh(n)),
+                    Err(e) => {
+                        let mut res = HostResult::new(&h, rank, "");
+                        res.set_outcome(Err(e));
+                        let mut rep = Reporter::new(a.json, a.quiet);
+                        rep.tagged(&h, rank);
+                        rep.note(0, &res.note);
+                        return res;
+                    }
+                };
+                up_one(node, &h, rank, n, true, a, argv, profiles, ptx, reg).await
+            }
         })
         .collect();
     drop(ptx);
@@ -253,10 +268,10 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
         let mut worst = code;
         let reg = conns.lock().unwrap().clone();
         for (r, c) in results.iter().zip(reg) {
-            if let Some((c, name)) = c {
+            if let Some((node, name)) = c {
                 let mut rep = Reporter::new(a.json, a.quiet);
                 rep.tagged(&r.host, r.rank);
-                if !stop(&c, &name, a.grace, &mut rep).await? {
+                if !node.stop(&name, a.grace, &mut rep).await? {
                     worst = exit::worst(worst, exit::NOT_STOPPED);
                 }
             }
@@ -266,46 +281,10 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
     Ok(code)
 }
 
-async fn finish_single(r: HostResult, a: &UpArgs) -> Result<i32, CliError> {
-    let (conn, name, host, ready) = (
-        r.conn.clone(),
-        r.name.clone(),
-        r.host.clone(),
-        r.report.as_ref().is_some_and(|x| x.verdict == Verdict::Ready),
-    );
-    let code = r.into_single()?;
-    let Some(conn) = conn else { return Ok(code) };
-    let mut rep = Reporter::new(a.json, a.quiet);
-    if code == exit::INTERRUPTED {
-        if a.keep {
-            rep.note(0, &format!("--keep: '{name}' keeps running on {host}"));
-            return Ok(code);
-        }
-        let ok = stop(&conn, &name, a.grace, &mut rep).await?;
-        return Ok(if ok { exit::INTERRUPTED } else { exit::NOT_STOPPED });
-    }
-    if a.detach || a.proof.watch || !ready {
-        return Ok(code);
-    }
-    rep.note(0, &format!("'{name}' is serving on {host}; Ctrl-C stops it (--detach to leave it running)"));
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(remote::wait_exit(RemoteWatch::new(conn.clone(), &name), tx));
-    tokio::select! {
-        _ = crate::signals::next_interrupt() => {}
-        x = rx.recv() => {
-            let how = x.map_or_else(|| "exited".into(), |(x, _)| crate::up::exit_how(x.code, x.signal));
-            rep.note(0, &format!("the server {how} after ready"));
-            return Ok(exit::CRASHED);
-        }
-    }
-    let ok = stop(&conn, &name, a.grace, &mut rep).await?;
-    Ok(if ok { exit::READY } else { exit::NOT_STOPPED })
-}
-
-/// Launches on one host and watches until a verdict.
+/// Launches on one node and watches until a verdict.
 #[allow(clippy::too_many_arguments)]
-async fn up_one(
-    hs: &Hosts,
+pub async fn up_one(
+    node: Arc<AnyNode>,
     host: &str,
     rank: Option<usize>,
     n: usize,
@@ -328,28 +307,21 @@ async fn up_one(
     if tagged {
         rep.tagged(host, rank);
     }
-    let conn = match open(&hs.ssh, host).await {
-        Ok(c) => c,
-        Err(e) => {
-            res.set_outcome(Err(e));
-            if tagged {
-                rep.note(0, &res.note);
-            }
-            return res;
-        }
-    };
-    res.conn = Some(conn.clone());
+    res.node = Some(node.clone());
     if let Some((reg, i)) = &registry {
-        reg.lock().unwrap()[*i] = Some((conn.clone(), name.clone()));
+        reg.lock().unwrap()[*i] = Some((node.clone(), name.clone()));
     }
-    match launch(&conn, &name, &argv, &a, kind.clone(), &profiles, rank, n, &mut rep).await {
+    let l = Launch { name: &name, argv: &argv, a: &a, kind: kind.clone(), profiles: &profiles, rank, n };
+    match node.launch(&l, &mut rep).await {
         Ok(Ok(mut w)) => {
             if tagged {
                 w.tag = Some((host.to_string(), rank));
             }
             w.phase_tx = phase_tx;
             res.set_outcome(wait::run(w, (*profiles).clone()).await);
-            if res.report.is_none() {
+            if let Some(r) = &res.report {
+                node.record_startup(&name, r);
+            } else {
                 rep.note(0, &res.note);
             }
         }
@@ -363,111 +335,6 @@ async fn up_one(
         Err(e) => res.set_outcome(Err(e)),
     }
     res
-}
-
-/// Starts the wrapper on the host; the watch's arguments, or (exit code, why) when it refused.
-#[allow(clippy::too_many_arguments)]
-async fn launch(
-    conn: &Arc<Conn>,
-    name: &str,
-    argv: &[Vec<u8>],
-    a: &UpArgs,
-    kind: Option<String>,
-    profiles: &Profiles,
-    rank: Option<usize>,
-    n: usize,
-    rep: &mut Reporter,
-) -> Result<Result<wait::Args, (i32, String)>, CliError> {
-    let argv_s: Vec<String> = argv.iter().map(|x| lossy(x)).collect();
-    // the node's own environment, plus --env-file/--env (the local environment is not copied)
-    let mut env: Vec<(String, String)> = Vec::new();
-    crate::up::apply_env_flags(&mut env, a)?;
-    if let Some(r) = rank {
-        env.push(("VIGIL_NODE_RANK".into(), r.to_string()));
-        env.push(("VIGIL_NNODES".into(), n.to_string()));
-    }
-    let (argv_red, _, secrets) = crate::run::redact(&argv_s, &env);
-    let secret_vals = crate::run::secret_values(&secrets);
-    // kept on this machine (0600), so that later `logs --host` / `wait --host` hide them too
-    let sp = crate::run::remote_secrets_path(&conn.dest, name)?;
-    if secret_vals.is_empty() {
-        let _ = std::fs::remove_file(&sp);
-    } else {
-        if let Some(d) = sp.parent() {
-            crate::run::mkdir_private(d)?;
-        }
-        crate::run::write_json(&sp, &secrets)?;
-    }
-    for s in &secret_vals {
-        rep.add_secret(s);
-    }
-    let shown = String::from_utf8_lossy(&remote::words(argv_red.iter().map(|x| x.as_bytes()))).into_owned();
-    let profile = kind.as_ref().and_then(|k| profiles.get(k)).cloned();
-    let port = crate::follow::arg_value(&argv_s, "--port")
-        .and_then(|p| p.parse::<u16>().ok())
-        .or(profile.as_ref().map(|p| p.port))
-        .filter(|_| !a.no_probe);
-    if a.replace {
-        let _ = stop(conn, name, a.grace, rep).await?;
-    }
-    if !a.no_check {
-        let r = check_report(conn, &argv_s, kind.clone(), &env, profiles).await?;
-        if let Some(why) = crate::check::gate(&r, a.json, &format!(" on {}", conn.dest)) {
-            return Ok(Err((exit::CHECK_FAILED, why)));
-        }
-    }
-    let script = remote::launch_script(conn, name, argv, &env, &shown, port, kind.as_deref());
-    let (code, out, err) = conn.exec(&script, Duration::from_secs(30)).await?;
-    let out = String::from_utf8_lossy(&out).into_owned();
-    let mut it = out.split_whitespace();
-    match (code, it.next()) {
-        (0, Some("pid")) => {}
-        (91, _) => {
-            return Ok(Err((
-                exit::USAGE,
-                format!(
-                    "run '{name}' is still alive on {} (pid {}): `vigil down --host {} {name}`, or pass --replace",
-                    conn.dest,
-                    it.next().unwrap_or("?"),
-                    conn.dest
-                ),
-            )))
-        }
-        (93, _) => {
-            return Ok(Err((
-                exit::REFUSED,
-                format!("refused: port {} is taken on {}; not launching", port.unwrap_or(0), conn.dest),
-            )))
-        }
-        _ => {
-            return Ok(Err((
-                exit::INTERNAL,
-                format!("launch on {} failed (status {code}): {} {}", conn.dest, out.trim(), err.trim()),
-            )))
-        }
-    }
-    let sp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    let kp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    let mut w = a.proof.clone();
-    w.remote = Some(RemoteWatch::new(conn.clone(), name));
-    w.server = kind;
-    w.timeout = a.timeout;
-    w.stall = a.stall.clone();
-    w.json = a.json;
-    w.quiet = a.quiet;
-    w.argv = argv_s;
-    w.secrets = secret_vals;
-    if let (Some(p), true) = (port, rank.unwrap_or(0) == 0) {
-        let lp = conn.forward(p)?;
-        let path = profile.as_ref().map(|p| p.health_path.clone()).unwrap_or_else(|| "/health".into());
-        w.url = Some(format!("http://127.0.0.1:{lp}{path}"));
-    } else if rank.unwrap_or(0) > 0 {
-        w.generate = false;
-    }
-    let launched =
-        WatchEvent::Launched { name, pid: sp, keeper_pid: kp, run_dir: None, on: Some(&conn.dest), log: None };
-    rep.emit(Some(0), &launched);
-    Ok(Ok(w))
 }
 
 /// Stops a remote run; true when nothing is left (and GPU memory, when seen, is released).
@@ -649,11 +516,11 @@ fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i3
     worst.code()
 }
 
-/// `vigil wait --host H NAME`: attach to a remote run of `vigil up --host`.
+/// `vigil wait --hosts H1,H2 NAME` (a fleet or a multi-node server): `commands::wait` runs a single node
+/// itself.
 pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles) -> Result<i32, CliError> {
     crate::run::valid_name(&name)?;
     let w0 = w.clone();
-    let single = hs.list.len() == 1 && !hs.multi_node;
     let jobs: Vec<_> = hs
         .list
         .iter()
@@ -663,30 +530,23 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
             let rank = hs.multi_node.then_some(i);
             move || async move {
                 let mut res = HostResult::new(&h, rank, &name);
-                let conn = match open(&hs.ssh, &h).await {
-                    Ok(c) => c,
+                let node = match SshNode::open(&hs.ssh, &h).await {
+                    Ok(n) => Arc::new(AnyNode::Ssh(n)),
                     Err(e) => {
                         res.set_outcome(Err(e));
                         return res;
                     }
                 };
-                if !single {
-                    w.tag = Some((h.clone(), rank));
-                }
-                // the run's secrets stored at launch: hidden as in every other output
-                w.secrets.extend(crate::run::secret_values(&crate::run::stored_secrets(&name, Some(&conn.dest))));
-                match attach(&conn, &name, &mut w, &profiles, rank.unwrap_or(0) == 0).await {
+                w.tag = Some((h.clone(), rank));
+                match node.attach(&name, &mut w, &profiles, rank.unwrap_or(0) == 0).await {
                     Ok(()) => res.set_outcome(wait::run(w, profiles).await),
                     Err(e) => res.set_outcome(Err(e)),
                 }
-                res.conn = Some(conn);
+                res.node = Some(node);
                 res
             }
         })
         .collect();
-    if single {
-        return (jobs.into_iter().next().unwrap())().await.into_single();
-    }
     let (ptx, prx) = mpsc::unbounded_channel();
     w.phase_tx = Some(ptx);
     let results = if hs.multi_node {
@@ -695,43 +555,6 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
         drive_fleet(hs.parallel, jobs).await
     };
     Ok(summarize(&results, hs.multi_node, w.json, w.quiet))
-}
-
-/// Fills a watch's arguments from a remote run's metadata (server kind, port).
-async fn attach(
-    conn: &Arc<Conn>,
-    name: &str,
-    w: &mut wait::Args,
-    profiles: &Profiles,
-    probe: bool,
-) -> Result<(), CliError> {
-    let mut s = conn.prelude(name);
-    s.extend_from_slice(b"[ -f \"$D/pid\" ] || { echo none; exit 0; }\ncat \"$D/meta\" 2>/dev/null\n");
-    let (_, out, _) = conn.exec(&s, Duration::from_secs(30)).await?;
-    let out = String::from_utf8_lossy(&out).into_owned();
-    if out.trim() == "none" {
-        return Err(CliError::usage(format!("no run named '{name}' on {}", conn.dest)));
-    }
-    let mut port = None;
-    for l in out.lines() {
-        match l.split_once('=') {
-            Some(("port", v)) => port = v.trim().parse::<u16>().ok(),
-            Some(("server", v)) if w.server.is_none() && !v.trim().is_empty() => w.server = Some(v.trim().to_string()),
-            _ => {}
-        }
-    }
-    w.remote = Some(RemoteWatch::new(conn.clone(), name));
-    if let (Some(p), true, None) = (port, probe, &w.url) {
-        let lp = conn.forward(p)?;
-        let path = w
-            .server
-            .as_ref()
-            .and_then(|k| profiles.get(k))
-            .map(|p| p.health_path.clone())
-            .unwrap_or_else(|| "/health".into());
-        w.url = Some(format!("http://127.0.0.1:{lp}{path}"));
-    }
-    Ok(())
 }
 
 /// `vigil check --host H -- CMD`: the model configs read from the node (through the connection,
@@ -760,7 +583,7 @@ pub async fn check(
 /// The preflight check of a command for a node: its model configs (fetched through the connection
 /// into a private local mirror) under the same rules as a local check, then the node's port and
 /// GPU count.
-async fn check_report(
+pub async fn check_report(
     c: &Arc<Conn>,
     argv: &[String],
     kind: Option<String>,

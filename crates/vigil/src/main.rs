@@ -76,6 +76,7 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<i32, CliError> {
+    use std::os::unix::ffi::OsStringExt;
     if let Cmd::Keeper { dir } = cli.cmd {
         return Ok(keeper::main(dir));
     }
@@ -111,32 +112,15 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             diagnose::run(diagnose::Args { files, json, explain, quiet, server }, &profiles)
         }
         Cmd::Wait { name, f } => {
-            let mut w = f.into_args(&profiles)?;
-            // `wait NAME`: a run of `vigil up`, read from its run directory
-            if let Some(n) = &name {
-                let (dir, rec) = run::load(n)?;
-                w.attach_run(&dir, &rec, &profiles, true);
-            }
-            let out = block_on(wait::run(w, profiles))??;
-            Ok(out.code)
+            let w = f.into_args(&profiles)?;
+            block_on(commands::wait(&Nodes::Local, name, w, profiles))?
         }
         Cmd::Up { up: f, cmd } => {
             check_server(&profiles, &f.server)?;
-            let cmd = cmd
-                .into_iter()
-                .enumerate()
-                .map(|(i, a)| {
-                    a.into_string().map_err(|_| {
-                        CliError::usage(format!(
-                            "argument {} of the server command is not valid UTF-8 (local runs need UTF-8; --host passes any bytes)",
-                            i + 1
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            block_on(up::up(f.into_args(cmd)?, profiles))?
+            let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
+            block_on(commands::up(&Nodes::Local, None, f.into_args()?, argv, profiles))?
         }
-        Cmd::Restart { name, up: f } => block_on(up::restart(&name, f.into_args(vec![])?, profiles))?,
+        Cmd::Restart { name, up: f } => block_on(up::restart(&name, f.into_args()?, profiles))?,
         Cmd::Down { pid: Some(pid), grace, json, .. } => up::down_pid(pid, grace, json),
         Cmd::Down { names, all, pid: None, grace, json } => {
             block_on(commands::down(&Nodes::Local, names, all, grace, json))?
@@ -202,7 +186,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
         Cmd::Up { up: f, cmd } => {
             check_server(&profiles, &f.server)?;
             let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
-            rt.block_on(hosts::up(hs, f.into_args(vec![])?, argv, profiles))
+            rt.block_on(commands::up(&Nodes::Remote(hs), None, f.into_args()?, argv, profiles))
         }
         Cmd::Wait { name, f } => {
             if f.log.is_some() || f.log_cmd.is_some() || f.pid.is_some() {
@@ -214,7 +198,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
                 return Err(CliError::usage("wait --host: give the NAME of a run started with `vigil up --host`"));
             };
             let w = f.into_args(&profiles)?;
-            rt.block_on(hosts::wait(hs, name, w, profiles))
+            rt.block_on(commands::wait(&Nodes::Remote(hs), Some(name), w, profiles))
         }
         Cmd::Down { names, all, pid, grace, json } => {
             if pid.is_some() {

@@ -64,7 +64,7 @@ impl ProofFlags {
 impl UpFlags {
     /// The launch settings, resolved before anything runs: the `--metrics` port is bound here, so a taken
     /// one is a usage error before a server is launched.
-    pub fn into_args(self, cmd: Vec<String>) -> Result<up::UpArgs, CliError> {
+    pub fn into_args(self) -> Result<up::UpArgs, CliError> {
         let metrics_listener = self.proof.metrics.map(metrics::bind).transpose()?;
         Ok(up::UpArgs {
             name: self.name,
@@ -90,7 +90,6 @@ impl UpFlags {
                 w.metrics_listener = metrics_listener;
                 w
             },
-            cmd,
         })
     }
 }

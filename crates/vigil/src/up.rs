@@ -33,7 +33,6 @@ pub struct UpArgs {
     pub no_check: bool,
     /// Proof and watch settings for the watch after launch.
     pub proof: wait::Args,
-    pub cmd: Vec<String>,
 }
 
 pub fn parse_env_file(p: &Path) -> Result<Vec<(String, String)>, CliError> {
@@ -134,44 +133,31 @@ pub fn read_state(dir: &Path) -> Option<State> {
     run::read_json(&dir.join("state.json"))
 }
 
-pub async fn up(a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
-    if a.cmd.is_empty() {
-        return Err(CliError::usage(
-            "up: give the server command after --, e.g. vigil up -- llama-server -m model.gguf",
-        ));
-    }
-    let kind = a.server.clone().or_else(|| profiles.detect_cmd(&a.cmd).map(String::from));
-    let name = match &a.name {
-        Some(n) => n.clone(),
-        None => kind.clone().unwrap_or_else(|| {
-            Path::new(&a.cmd[0])
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "server".into())
-        }),
-    };
+/// This machine's environment for a server: vigil's own, without systemd's variables (addressed to vigil,
+/// never to the server or the run record; an explicit --env still sets them), plus --env-file/--env.
+pub fn local_env(a: &UpArgs) -> Result<Vec<(String, String)>, CliError> {
     let mut env: Vec<(String, String)> = std::env::vars_os()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
-    // systemd's NOTIFY_SOCKET/WATCHDOG_* are addressed to vigil: never to the server or the run record
-    // (an explicit --env still sets them).
     env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));
-    apply_env_flags(&mut env, &a)?;
-    let cwd = std::env::current_dir().map_err(|e| CliError::usage(format!("current directory: {e}")))?;
-    launch(&name, a.cmd.clone(), env, cwd, kind, &a, profiles).await
+    apply_env_flags(&mut env, a)?;
+    Ok(env)
 }
 
-async fn launch(
+/// Launches a server on this machine under its keeper (after the earlier run, port and preflight
+/// checks) and returns the watch's settings, or why it refused (exit code, one line).
+#[allow(clippy::too_many_arguments)]
+pub async fn launch(
     name: &str,
     argv: Vec<String>,
     env: Vec<(String, String)>,
     cwd: PathBuf,
     kind: Option<String>,
     a: &UpArgs,
-    profiles: Profiles,
-) -> Result<i32, CliError> {
+    profiles: &Profiles,
+    rep: &mut Reporter,
+) -> Result<Result<wait::Args, (i32, String)>, CliError> {
     let dir = run::run_dir(name)?;
-    let mut rep = Reporter::new(a.json, a.quiet);
     // An earlier run with this name still alive?
     if let Some(st) = read_state(&dir) {
         let live = run_pids(&st);
@@ -182,7 +168,7 @@ async fn launch(
                     join_pids(&live)
                 )));
             }
-            let r = stop_run(&dir, &st, a.grace, &mut rep)?;
+            let r = stop_run(&dir, &st, a.grace, rep)?;
             if !r.is_empty() {
                 return Err(CliError::usage(format!(
                     "--replace: could not stop the earlier run (survivors: {})",
@@ -199,9 +185,7 @@ async fn launch(
     if let Some(p) = port {
         if !procs::port_free(p) {
             let holder = procs::port_holder_text(p);
-            rep.note(0, &format!("refused: port {p} is taken by {holder}"));
-            eprintln!("vigil: error: port {p} is taken by {holder}; not launching");
-            return Ok(exit::REFUSED);
+            return Ok(Err((exit::REFUSED, format!("port {p} is taken by {holder}; not launching"))));
         }
     }
     if !a.no_check {
@@ -214,11 +198,10 @@ async fn launch(
                 local_machine: true,
                 version: None,
             },
-            &profiles,
+            profiles,
         )?;
         if let Some(why) = crate::check::gate(&rep, a.json, "") {
-            eprintln!("vigil: error: {why}");
-            return Ok(exit::CHECK_FAILED);
+            return Ok(Err((exit::CHECK_FAILED, why)));
         }
     }
     run::mkdir_private(&dir)?;
@@ -257,8 +240,7 @@ async fn launch(
     }
     run::write_json(&dir.join("run.json"), &rec)?;
     if crate::signals::take_interrupt() {
-        rep.note(0, "interrupted before the launch: nothing started");
-        return Ok(exit::INTERRUPTED);
+        return Ok(Err((exit::INTERRUPTED, "interrupted before the launch: nothing started".into())));
     }
     spawn_keeper(&dir)?;
     // The keeper writes state.json once the server runs (or could not start).
@@ -289,45 +271,20 @@ async fn launch(
             log: Some(log.display().to_string()),
         },
     );
-    let out = watch(&dir, &rec, server_pid, a, profiles.clone()).await?;
-    if let Some(r) = &out.report {
-        let _ = run::write_json(&dir.join("startup.json"), r);
-    }
-    if out.interrupted {
-        if a.keep {
-            rep.note(0, &format!("--keep: '{name}' keeps running; stop it with `vigil down {name}`"));
-            return Ok(out.code);
-        }
-        let st = read_state(&dir).unwrap_or(st);
-        let surv = stop_run(&dir, &st, a.grace, &mut rep)?;
-        // SIGTERM after ready is an orderly stop (exit 0); before a verdict it stays 130
-        return Ok(if surv.is_empty() { out.code } else { exit::NOT_STOPPED });
-    }
-    if a.detach || watching(a) || out.report.as_ref().is_none_or(|r| r.verdict != Verdict::Ready) {
-        return Ok(out.code);
-    }
-    // Foreground after ready: stay until the server ends or Ctrl-C stops it.
-    rep.note(0, &format!("'{name}' is serving; Ctrl-C stops it (--detach to leave it running)"));
-    loop {
-        tokio::select! {
-            _ = crate::signals::next_interrupt() => break,
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                if !procs::alive(server_pid) {
-                    let st = read_state(&dir).unwrap_or_default();
-                    rep.note(0, &format!("the server {} after ready", exit_how(st.exit_code, st.exit_signal)));
-                    return Ok(exit::CRASHED);
-                }
-            }
-        }
-    }
-    let st = read_state(&dir).unwrap_or(st);
-    let surv = stop_run(&dir, &st, a.grace, &mut rep)?;
-    Ok(if surv.is_empty() { exit::READY } else { exit::NOT_STOPPED })
+    let mut w = a.proof.clone();
+    w.watch = watching(a);
+    w.pid = Some(server_pid);
+    w.timeout = a.timeout;
+    w.stall = a.stall.clone();
+    w.json = a.json;
+    w.quiet = a.quiet;
+    w.attach_run(&dir, &rec, profiles, !a.no_probe);
+    Ok(Ok(w))
 }
 
 /// `up` keeps watching after ready with `--watch`, and in the foreground with `--metrics` (the values
 /// come from the watch: without it they would freeze at ready).
-fn watching(a: &UpArgs) -> bool {
+pub fn watching(a: &UpArgs) -> bool {
     a.proof.watch || (a.proof.metrics.is_some() && !a.detach)
 }
 
@@ -360,24 +317,6 @@ fn spawn_keeper(dir: &Path) -> Result<(), CliError> {
         let _ = child.wait();
     });
     Ok(())
-}
-
-async fn watch(
-    dir: &Path,
-    rec: &RunRecord,
-    pid: i32,
-    a: &UpArgs,
-    profiles: Profiles,
-) -> Result<wait::Outcome, CliError> {
-    let mut w = a.proof.clone();
-    w.watch = watching(a);
-    w.pid = Some(pid);
-    w.timeout = a.timeout;
-    w.stall = a.stall.clone();
-    w.json = a.json;
-    w.quiet = a.quiet;
-    w.attach_run(dir, rec, &profiles, !a.no_probe);
-    wait::run(w, profiles).await
 }
 
 fn join_pids(v: &[i32]) -> String {
@@ -514,6 +453,7 @@ pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<i32, CliError> {
     Ok(if r.survivors.is_empty() && gpu_left.is_empty() { exit::READY } else { exit::NOT_STOPPED })
 }
 
+/// `vigil restart NAME`: stops the run and launches its recorded command again (detached).
 pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
     let (dir, rec) = run::load(name)?;
     let secrets: Secrets = run::stored_secrets(name, None);
@@ -527,8 +467,10 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, C
             return Ok(exit::NOT_STOPPED);
         }
     }
-    let a = UpArgs { detach: true, replace: true, ..a };
+    let a = UpArgs { detach: true, replace: true, name: Some(name.to_string()), server: rec.server.clone(), ..a };
     let n = run::restarts(&dir) + 1;
     run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;
-    launch(name, argv, env, PathBuf::from(&rec.cwd), rec.server.clone(), &a, profiles).await
+    let node = crate::node::LocalNode::with_command(env, PathBuf::from(&rec.cwd));
+    let argv = argv.into_iter().map(String::into_bytes).collect();
+    crate::commands::up(&crate::node::Nodes::Local, Some(node), a, argv, profiles).await
 }

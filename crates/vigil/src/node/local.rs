@@ -1,21 +1,34 @@
 //! This machine: runs are the run directories under the state directory, their processes are read from
 //! /proc, and a stop goes through the run's keeper.
 
-use super::{LogTail, Node, ProcRow, RunRow};
+use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow};
 use crate::error::CliError;
 use crate::follow::{cmdline, SourceMsg};
 use crate::report::Reporter;
 use crate::run::{self, Redactor};
 use crate::up::{read_state, run_pids, run_state, stop_run};
+use crate::wait;
 use crate::{gpu, procs};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::judge::fmt_ms;
-use vigil_core::{Profiles, Verdict};
+use vigil_core::{Profiles, Report, Verdict};
 
-pub struct LocalNode;
+/// This machine. A launch takes vigil's own environment and working directory, unless the node was made
+/// for a recorded command (`restart`).
+#[derive(Default)]
+pub struct LocalNode {
+    command: Option<(Vec<(String, String)>, PathBuf)>,
+}
+
+impl LocalNode {
+    /// A node that launches with this environment and working directory (a run's record).
+    pub fn with_command(env: Vec<(String, String)>, cwd: PathBuf) -> LocalNode {
+        LocalNode { command: Some((env, cwd)) }
+    }
+}
 
 /// What `status` reads of a run's verdict.json (the report of the last verdict vigil reached).
 #[derive(serde::Deserialize)]
@@ -170,5 +183,51 @@ impl Node for LocalNode {
 
     fn redactor(&self, name: &str) -> Redactor {
         Redactor::for_run(name, None)
+    }
+
+    async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError> {
+        let argv = l
+            .argv
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                String::from_utf8(a.clone()).map_err(|_| {
+                    CliError::usage(format!(
+                        "argument {} of the server command is not valid UTF-8 (local runs need UTF-8; --host passes any bytes)",
+                        i + 1
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (env, cwd) = match &self.command {
+            Some((env, cwd)) => (env.clone(), cwd.clone()),
+            None => (
+                crate::up::local_env(l.a)?,
+                std::env::current_dir().map_err(|e| CliError::usage(format!("current directory: {e}")))?,
+            ),
+        };
+        crate::up::launch(l.name, argv, env, cwd, l.kind.clone(), l.a, l.profiles, rep).await
+    }
+
+    async fn attach(&self, name: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError> {
+        let (dir, rec) = run::load(name)?;
+        w.attach_run(&dir, &rec, profiles, probe);
+        Ok(())
+    }
+
+    async fn wait_exit(&self, name: &str) -> String {
+        let Ok((dir, _)) = run::load(name) else { return "is gone".into() };
+        let pid = read_state(&dir).and_then(|s| s.server_pid);
+        while pid.is_some_and(procs::alive) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let st = read_state(&dir).unwrap_or_default();
+        crate::up::exit_how(st.exit_code, st.exit_signal)
+    }
+
+    fn record_startup(&self, name: &str, r: &Report) {
+        if let Ok(dir) = run::run_dir(name) {
+            let _ = run::write_json(&dir.join("startup.json"), r);
+        }
     }
 }

@@ -11,10 +11,12 @@ use crate::error::CliError;
 use crate::follow::SourceMsg;
 use crate::report::Reporter;
 use crate::run::Redactor;
+use crate::up::UpArgs;
+use crate::wait;
 use serde::Serialize;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
-use vigil_core::Profiles;
+use vigil_core::{Profiles, Report};
 
 pub use local::LocalNode;
 pub use ssh::SshNode;
@@ -55,6 +57,22 @@ pub struct LogTail {
     pub offset: u64,
 }
 
+/// What `up` asks a node to launch.
+pub struct Launch<'a> {
+    pub name: &'a str,
+    /// The server command, byte for byte (a local launch needs UTF-8).
+    pub argv: &'a [Vec<u8>],
+    pub a: &'a UpArgs,
+    pub kind: Option<String>,
+    pub profiles: &'a Profiles,
+    /// Multi-node: this node's rank of `n`.
+    pub rank: Option<usize>,
+    pub n: usize,
+}
+
+/// A launch's answer: the watch's settings, or why the node refused (exit code, one line).
+pub type Launched = Result<wait::Args, (i32, String)>;
+
 /// What every node offers.
 #[allow(async_fn_in_trait)]
 pub trait Node {
@@ -75,6 +93,16 @@ pub trait Node {
     async fn ps(&self, profiles: &Profiles) -> Result<Vec<ProcRow>, CliError>;
     /// What to hide in a run's output: its stored secrets.
     fn redactor(&self, run: &str) -> Redactor;
+    /// Launches a server under a keeper on the node, after its checks (an earlier run of the name, the
+    /// port, the preflight check).
+    async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError>;
+    /// Fills a watch's settings for a run on the node: its log and exit status, process, health URL,
+    /// secrets.
+    async fn attach(&self, run: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError>;
+    /// Resolves when the run's server exits; how it ended.
+    async fn wait_exit(&self, run: &str) -> String;
+    /// Keeps the report of a run's startup with the run (local: `startup.json`).
+    fn record_startup(&self, run: &str, r: &Report);
 }
 
 /// This machine, or a remote node: the two implementations behind one type for the drivers.
@@ -117,6 +145,18 @@ impl Node for AnyNode {
     fn redactor(&self, run: &str) -> Redactor {
         each!(self, n => n.redactor(run))
     }
+    async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError> {
+        each!(self, n => n.launch(l, rep).await)
+    }
+    async fn attach(&self, run: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError> {
+        each!(self, n => n.attach(run, w, profiles, probe).await)
+    }
+    async fn wait_exit(&self, run: &str) -> String {
+        each!(self, n => n.wait_exit(run).await)
+    }
+    fn record_startup(&self, run: &str, r: &Report) {
+        each!(self, n => n.record_startup(run, r))
+    }
 }
 
 /// Where a command runs: this machine, or every host of `--host/--hosts`.
@@ -140,7 +180,7 @@ impl Nodes {
         Fut: std::future::Future<Output = Result<T, CliError>> + 'static,
     {
         match self {
-            Nodes::Local => vec![("local".into(), f(AnyNode::Local(LocalNode)).await)],
+            Nodes::Local => vec![("local".into(), f(AnyNode::Local(LocalNode::default())).await)],
             Nodes::Remote(hs) => {
                 let jobs: Vec<_> = hs
                     .list

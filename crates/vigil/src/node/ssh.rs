@@ -2,17 +2,20 @@
 //! is a small script sent on stdin whose answer is parsed here. The node's keeper does what the local
 //! one does (records, stop with grace, proof that nothing is left).
 
-use super::{LogTail, Node, ProcRow, RunRow};
+use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow};
 use crate::error::CliError;
+use crate::events::WatchEvent;
+use crate::exit;
 use crate::follow::SourceMsg;
 use crate::remote::{self, Conn, RemoteWatch, SshOpts};
 use crate::report::Reporter;
 use crate::run::Redactor;
+use crate::wait;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::judge::fmt_ms;
-use vigil_core::Profiles;
+use vigil_core::{Profiles, Report};
 
 pub struct SshNode {
     pub conn: Arc<Conn>,
@@ -106,6 +109,146 @@ impl Node for SshNode {
     fn redactor(&self, name: &str) -> Redactor {
         Redactor::for_run(name, Some(&self.conn.dest))
     }
+
+    async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError> {
+        let conn = &self.conn;
+        let Launch { name, argv, a, profiles, rank, n, .. } = *l;
+        let kind = l.kind.clone();
+        let argv_s: Vec<String> = argv.iter().map(|x| String::from_utf8_lossy(x).into_owned()).collect();
+        // the node's own environment, plus --env-file/--env (the local environment is not copied)
+        let mut env: Vec<(String, String)> = Vec::new();
+        crate::up::apply_env_flags(&mut env, a)?;
+        if let Some(r) = rank {
+            env.push(("VIGIL_NODE_RANK".into(), r.to_string()));
+            env.push(("VIGIL_NNODES".into(), n.to_string()));
+        }
+        let (argv_red, _, secrets) = crate::run::redact(&argv_s, &env);
+        let secret_vals = crate::run::secret_values(&secrets);
+        // kept on this machine (0600), so that later `logs --host` / `wait --host` hide them too
+        let sp = crate::run::remote_secrets_path(&conn.dest, name)?;
+        if secret_vals.is_empty() {
+            let _ = std::fs::remove_file(&sp);
+        } else {
+            if let Some(d) = sp.parent() {
+                crate::run::mkdir_private(d)?;
+            }
+            crate::run::write_json(&sp, &secrets)?;
+        }
+        for s in &secret_vals {
+            rep.add_secret(s);
+        }
+        let shown = String::from_utf8_lossy(&remote::words(argv_red.iter().map(|x| x.as_bytes()))).into_owned();
+        let profile = kind.as_ref().and_then(|k| profiles.get(k)).cloned();
+        let port = crate::follow::arg_value(&argv_s, "--port")
+            .and_then(|p| p.parse::<u16>().ok())
+            .or(profile.as_ref().map(|p| p.port))
+            .filter(|_| !a.no_probe);
+        if a.replace {
+            let _ = crate::hosts::stop(conn, name, a.grace, rep).await?;
+        }
+        if !a.no_check {
+            let r = crate::hosts::check_report(conn, &argv_s, kind.clone(), &env, profiles).await?;
+            if let Some(why) = crate::check::gate(&r, a.json, &format!(" on {}", conn.dest)) {
+                return Ok(Err((exit::CHECK_FAILED, why)));
+            }
+        }
+        let script = remote::launch_script(conn, name, argv, &env, &shown, port, kind.as_deref());
+        let (code, out, err) = conn.exec(&script, Duration::from_secs(30)).await?;
+        let out = String::from_utf8_lossy(&out).into_owned();
+        let mut it = out.split_whitespace();
+        match (code, it.next()) {
+            (0, Some("pid")) => {}
+            (91, _) => {
+                return Ok(Err((
+                    exit::USAGE,
+                    format!(
+                        "run '{name}' is still alive on {} (pid {}): `vigil down --host {} {name}`, or pass --replace",
+                        conn.dest,
+                        it.next().unwrap_or("?"),
+                        conn.dest
+                    ),
+                )))
+            }
+            (93, _) => {
+                return Ok(Err((
+                    exit::REFUSED,
+                    format!("refused: port {} is taken on {}; not launching", port.unwrap_or(0), conn.dest),
+                )))
+            }
+            _ => {
+                return Ok(Err((
+                    exit::INTERNAL,
+                    format!("launch on {} failed (status {code}): {} {}", conn.dest, out.trim(), err.trim()),
+                )))
+            }
+        }
+        let sp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        let kp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        let mut w = a.proof.clone();
+        w.watch = crate::up::watching(a);
+        w.remote = Some(RemoteWatch::new(conn.clone(), name));
+        w.server = kind;
+        w.timeout = a.timeout;
+        w.stall = a.stall.clone();
+        w.json = a.json;
+        w.quiet = a.quiet;
+        w.argv = argv_s;
+        w.secrets = secret_vals;
+        if let (Some(p), true) = (port, rank.unwrap_or(0) == 0) {
+            let lp = conn.forward(p)?;
+            let path = profile.as_ref().map(|p| p.health_path.clone()).unwrap_or_else(|| "/health".into());
+            w.url = Some(format!("http://127.0.0.1:{lp}{path}"));
+        } else if rank.unwrap_or(0) > 0 {
+            w.generate = false;
+        }
+        let launched =
+            WatchEvent::Launched { name, pid: sp, keeper_pid: kp, run_dir: None, on: Some(&conn.dest), log: None };
+        rep.emit(Some(0), &launched);
+        Ok(Ok(w))
+    }
+
+    async fn attach(&self, name: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError> {
+        let conn = &self.conn;
+        // the run's secrets stored at launch: hidden as in every other output
+        w.secrets.extend(crate::run::secret_values(&crate::run::stored_secrets(name, Some(&conn.dest))));
+        let mut s = conn.prelude(name);
+        s.extend_from_slice(b"[ -f \"$D/pid\" ] || { echo none; exit 0; }\ncat \"$D/meta\" 2>/dev/null\n");
+        let (_, out, _) = conn.exec(&s, Duration::from_secs(30)).await?;
+        let out = String::from_utf8_lossy(&out).into_owned();
+        if out.trim() == "none" {
+            return Err(CliError::usage(format!("no run named '{name}' on {}", conn.dest)));
+        }
+        let mut port = None;
+        for l in out.lines() {
+            match l.split_once('=') {
+                Some(("port", v)) => port = v.trim().parse::<u16>().ok(),
+                Some(("server", v)) if w.server.is_none() && !v.trim().is_empty() => {
+                    w.server = Some(v.trim().to_string())
+                }
+                _ => {}
+            }
+        }
+        w.remote = Some(RemoteWatch::new(conn.clone(), name));
+        if let (Some(p), true, None) = (port, probe, &w.url) {
+            let lp = conn.forward(p)?;
+            let path = w
+                .server
+                .as_ref()
+                .and_then(|k| profiles.get(k))
+                .map(|p| p.health_path.clone())
+                .unwrap_or_else(|| "/health".into());
+            w.url = Some(format!("http://127.0.0.1:{lp}{path}"));
+        }
+        Ok(())
+    }
+
+    async fn wait_exit(&self, name: &str) -> String {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(remote::wait_exit(RemoteWatch::new(self.conn.clone(), name), tx));
+        rx.recv().await.map_or_else(|| "exited".into(), |(x, _)| crate::up::exit_how(x.code, x.signal))
+    }
+
+    fn record_startup(&self, _run: &str, _r: &Report) {}
 }
 
 /// Parses the output of `ps_script`: processes, their socket inodes, then /proc/net/tcp{,6}.

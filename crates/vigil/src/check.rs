@@ -1150,25 +1150,6 @@ pub fn gate(rep: &Report, json: bool, where_: &str) -> Option<String> {
     None
 }
 
-pub fn run(
-    argv: Vec<String>,
-    server: Option<String>,
-    json: bool,
-    profiles: &vigil_core::Profiles,
-) -> Result<i32, CliError> {
-    if argv.is_empty() {
-        return Err(CliError::usage("check: give the server command after --"));
-    }
-    let env: Vec<(String, String)> = std::env::vars_os()
-        .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
-        .collect();
-    let cwd = std::env::current_dir().map_err(|e| CliError::usage(e.to_string()))?;
-    let rep =
-        check(&Inputs { argv: &argv, server, env: &env, cwd: &cwd, local_machine: true, version: None }, profiles)?;
-    crate::tables::check(&rep, json);
-    Ok(if rep.errors() > 0 { crate::exit::CHECK_FAILED } else { crate::exit::READY })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

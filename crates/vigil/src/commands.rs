@@ -218,3 +218,32 @@ pub async fn wait(
     }
     Ok(crate::wait::run(w, profiles).await?.code)
 }
+
+/// `vigil check -- CMD`: the preflight check of a server command on this machine or one host (model files
+/// read through the node, its port and GPUs). Ctrl-C ends it with exit 130 whatever it waits on.
+pub async fn check(
+    nodes: &Nodes,
+    argv: Vec<String>,
+    server: Option<String>,
+    json: bool,
+    profiles: Profiles,
+) -> Result<i32, CliError> {
+    if argv.is_empty() {
+        return Err(CliError::usage("check: give the server command after --"));
+    }
+    let node = match nodes {
+        Nodes::Local => AnyNode::Local(LocalNode::default()),
+        Nodes::Remote(hs) if hs.list.len() == 1 => AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?),
+        Nodes::Remote(_) => return Err(CliError::usage("check: give one --host")),
+    };
+    let kind = server.or_else(|| profiles.detect_cmd(&argv).map(String::from));
+    let rep = tokio::select! {
+        r = node.check(&argv, kind, &profiles) => r?,
+        _ = crate::signals::next_interrupt() => {
+            eprintln!("vigil: interrupted");
+            return Ok(exit::INTERRUPTED);
+        }
+    };
+    crate::tables::check(&rep, json);
+    Ok(if rep.errors() > 0 { exit::CHECK_FAILED } else { exit::READY })
+}

@@ -557,29 +557,6 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
     Ok(summarize(&results, hs.multi_node, w.json, w.quiet))
 }
 
-/// `vigil check --host H -- CMD`: the model configs read from the node (through the connection,
-/// into a private local mirror), the config rules as for a local check, then the node itself: the
-/// port, and the GPU count (nvidia-smi) against TP×PP×DP.
-pub async fn check(
-    hs: Hosts,
-    argv: Vec<String>,
-    server: Option<String>,
-    json: bool,
-    profiles: Profiles,
-) -> Result<i32, CliError> {
-    if hs.list.len() != 1 {
-        return Err(CliError::usage("check: give one --host"));
-    }
-    if argv.is_empty() {
-        return Err(CliError::usage("check: give the server command after --"));
-    }
-    let c = Conn::open(&hs.list[0], &hs.ssh)?;
-    let kind = server.clone().or_else(|| profiles.detect_cmd(&argv).map(String::from));
-    let rep = check_report(&c, &argv, kind, &[], &profiles).await?;
-    crate::tables::check(&rep, json);
-    Ok(if rep.errors() > 0 { exit::CHECK_FAILED } else { exit::READY })
-}
-
 /// The preflight check of a command for a node: its model configs (fetched through the connection
 /// into a private local mirror) under the same rules as a local check, then the node's port and
 /// GPU count.

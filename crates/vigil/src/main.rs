@@ -27,7 +27,7 @@ mod report;
 mod run;
 mod settings;
 mod signals;
-use signals::{install_interrupt_handlers, interruptible};
+use signals::install_interrupt_handlers;
 mod tables;
 mod tls;
 mod up;
@@ -158,21 +158,11 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             if let Some(b) = gpu_mem {
                 fit::set_gpu_mem(b);
             }
-            interruptible(move || check::run(cmd, server, json, &profiles))
+            block_on(commands::check(&Nodes::Local, cmd, server, json, profiles))?
         }
         Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
-            for p in &profiles.list {
-                crate::report::out_line(&format!(
-                    "{:<10} port {:<5} {:<8} probe timeout {:>4}s  {} rules  {}",
-                    p.name,
-                    p.port,
-                    p.health_path,
-                    p.probe_timeout_secs,
-                    p.rules.len(),
-                    p.description
-                ));
-            }
+            tables::profiles(&profiles);
             Ok(exit::READY)
         }
     }
@@ -214,7 +204,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
             if let Some(b) = gpu_mem {
                 fit::set_gpu_mem(b);
             }
-            rt.block_on(hosts::check(hs, cmd, server, json, profiles))
+            rt.block_on(commands::check(&Nodes::Remote(hs), cmd, server, json, profiles))
         }
         _ => Err(CliError::usage("--host/--hosts work with up, wait, status, logs, down, ps and check")),
     }

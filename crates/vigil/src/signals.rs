@@ -2,9 +2,6 @@
 //! takes one (or, for concurrent watches, sees it without taking it). A watch gets an [`Interrupts`]
 //! handle, so tests can give it one that never fires.
 
-use crate::error::CliError;
-use crate::exit;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
@@ -58,29 +55,6 @@ pub async fn interrupt(shared: bool) {
     }
     while INTERRUPTS.load(Ordering::SeqCst) <= CONSUMED.load(Ordering::SeqCst) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
-
-/// Runs a blocking command (file reads, child processes) on its own thread so that Ctrl-C / SIGTERM end it
-/// promptly with exit 130 whatever the work is waiting on.
-pub fn interruptible(work: impl FnOnce() -> Result<i32, CliError> + Send + 'static) -> Result<i32, CliError> {
-    use std::sync::mpsc::RecvTimeoutError;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(work());
-    });
-    loop {
-        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
-            Ok(v) => return v,
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(CliError::Internal("the command's worker stopped unexpectedly".into()))
-            }
-            Err(RecvTimeoutError::Timeout) if take_interrupt() => {
-                eprintln!("vigil: interrupted");
-                return Ok(exit::INTERRUPTED);
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-        }
     }
 }
 

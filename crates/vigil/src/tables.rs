@@ -179,3 +179,18 @@ pub fn fleet(end: &FleetEnd, json: bool, quiet: bool) {
         ));
     }
 }
+
+/// `vigil profiles`: the server kinds known, with their port, health path, probe timeout and rule count.
+pub fn profiles(profiles: &vigil_core::Profiles) {
+    for p in &profiles.list {
+        out_line(&format!(
+            "{:<10} port {:<5} {:<8} probe timeout {:>4}s  {} rules  {}",
+            p.name,
+            p.port,
+            p.health_path,
+            p.probe_timeout_secs,
+            p.rules.len(),
+            p.description
+        ));
+    }
+}

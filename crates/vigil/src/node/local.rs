@@ -2,6 +2,7 @@
 //! /proc, and a stop goes through the run's keeper.
 
 use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow};
+use crate::check::Report as CheckReport;
 use crate::error::CliError;
 use crate::follow::{cmdline, SourceMsg};
 use crate::report::Reporter;
@@ -223,6 +224,28 @@ impl Node for LocalNode {
         }
         let st = read_state(&dir).unwrap_or_default();
         crate::up::exit_how(st.exit_code, st.exit_signal)
+    }
+
+    async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError> {
+        let env: Vec<(String, String)> = std::env::vars_os()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+            .collect();
+        let cwd = std::env::current_dir().map_err(|e| CliError::usage(e.to_string()))?;
+        let (argv, profiles) = (argv.to_vec(), profiles.clone());
+        // file reads and child processes block: on their own thread, so that Ctrl-C still ends the command
+        tokio::task::spawn_blocking(move || {
+            let i = crate::check::Inputs {
+                argv: &argv,
+                server: kind,
+                env: &env,
+                cwd: &cwd,
+                local_machine: true,
+                version: None,
+            };
+            crate::check::check(&i, &profiles)
+        })
+        .await
+        .map_err(|e| CliError::Internal(format!("check: {e}")))?
     }
 
     fn record_startup(&self, name: &str, r: &Report) {

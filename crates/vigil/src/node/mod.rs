@@ -7,6 +7,7 @@
 pub mod local;
 pub mod ssh;
 
+use crate::check::Report as CheckReport;
 use crate::error::CliError;
 use crate::follow::SourceMsg;
 use crate::report::Reporter;
@@ -103,6 +104,8 @@ pub trait Node {
     async fn wait_exit(&self, run: &str) -> String;
     /// Keeps the report of a run's startup with the run (local: `startup.json`).
     fn record_startup(&self, run: &str, r: &Report);
+    /// The preflight check of a server command against this node: its model files, port and GPUs.
+    async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError>;
 }
 
 /// This machine, or a remote node: the two implementations behind one type for the drivers.
@@ -156,6 +159,9 @@ impl Node for AnyNode {
     }
     fn record_startup(&self, run: &str, r: &Report) {
         each!(self, n => n.record_startup(run, r))
+    }
+    async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError> {
+        each!(self, n => n.check(argv, kind, profiles).await)
     }
 }
 

@@ -3,6 +3,7 @@
 //! one does (records, stop with grace, proof that nothing is left).
 
 use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow};
+use crate::check::Report as CheckReport;
 use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit;
@@ -249,6 +250,10 @@ impl Node for SshNode {
     }
 
     fn record_startup(&self, _run: &str, _r: &Report) {}
+
+    async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError> {
+        crate::hosts::check_report(&self.conn, argv, kind, &[], profiles).await
+    }
 }
 
 /// Parses the output of `ps_script`: processes, their socket inodes, then /proc/net/tcp{,6}.

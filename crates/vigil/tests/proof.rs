@@ -52,6 +52,35 @@ fn e2e_ready_only_after_a_real_completion() {
     down(&d.0, "g");
 }
 
+/// Issue #14: a user's profile for a new server kind gets the generation proof without code. The profile
+/// `mykind` (written here) describes the real llama-server's native `/completion` request with its own
+/// JSON pointers; `up --server mykind` proves generation through it, not through the OpenAI default.
+#[test]
+fn e2e_a_user_profile_gets_the_proof_without_code() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("userproof");
+    let profiles = d.path("profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("mykind.toml"),
+        "name = \"mykind\"\n[server]\nhealth_path = \"/health\"\nport_opens = \"launch\"\n[proof]\nendpoint = \"/completion\"\nbody = { prompt = \"Hello\", n_predict = \"$tokens\", temperature = 0 }\ntokens = [\"/timings/predicted_n\"]\ntext = [\"/content\"]\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut c = v(&d.0);
+    c.arg("--profiles").arg(&profiles);
+    c.args(["up", "--name", "uk", "--server", "mykind", "--detach", "--json", "--"]).args(cmd(&e, port, &[]));
+    let o = run_bounded(c, T);
+    let lines = json_lines(&o);
+    let g = lines.iter().find(|l| l["event"] == "generation").unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!((g["ok"].as_bool(), g["endpoint"].as_str()), (Some(true), Some("/completion")), "{g}");
+    assert!(g["tokens"].as_u64().unwrap() > 0, "{g}");
+    let r = verdict(&lines);
+    assert_eq!((r["verdict"].as_str(), r["server"].as_str()), (Some("ready"), Some("mykind")), "{r}");
+    assert_eq!(o.status.code(), Some(0));
+    down(&d.0, "uk");
+}
+
 /// A small proxy (named as such) that forwards /health to the real server but answers every other
 /// request with a 500: the server must not be called ready.
 #[test]

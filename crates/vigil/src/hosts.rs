@@ -321,7 +321,7 @@ pub async fn up_one(
             res.set_outcome(wait::run(w, (*profiles).clone()).await);
             if let Some(r) = &res.report {
                 node.record_startup(&name, r);
-            } else {
+            } else if !res.note.is_empty() {
                 rep.note(0, &res.note);
             }
         }

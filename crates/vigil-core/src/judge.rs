@@ -4,6 +4,7 @@
 
 use crate::classify::Line;
 use crate::profile::RuleKind;
+use crate::tree::EngineDeath;
 use crate::types::{Cause, Phase, Verdict};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -131,6 +132,8 @@ pub enum Input {
     Gpu(GpuFact),
     Probe(ProbeOutcome),
     Exit(ExitInfo),
+    /// An engine process of the server's tree died while the server process lives (see `tree`).
+    EngineDied(EngineDeath),
     /// Time passes.
     Tick,
     /// Offline: the text ended.
@@ -201,6 +204,12 @@ pub enum Event {
     },
     /// The log says the HTTP server is up, or the ready marker appeared while a probe must confirm it: probe now.
     ProbeNow { reason: String },
+    /// An engine process of the server's tree was recognised (by title or GPU memory): its death while
+    /// the server lives will be a verdict. Told by the tree watch, not the judge.
+    Engine(crate::tree::EngineSeen),
+    /// An engine process of the server's tree died while the server process lives (the verdict follows
+    /// after the quiet period, unless the log or the server's exit names a better cause first).
+    EngineDied(EngineDeath),
     /// A terminal or state-changing verdict.
     Verdict(Box<Report>),
 }
@@ -302,6 +311,8 @@ pub struct Judge {
     gpu: Option<GpuFact>,
     last_line_at: Option<u64>,
     last_probe_ok: Option<bool>,
+    /// An engine death waiting for the log to catch up (its last lines may name a better cause).
+    engine_death: Option<(EngineDeath, u64)>,
 }
 
 impl Judge {
@@ -329,6 +340,7 @@ impl Judge {
             gpu: None,
             last_line_at: None,
             last_probe_ok: None,
+            engine_death: None,
         }
     }
 
@@ -432,6 +444,13 @@ impl Judge {
             }
             Input::Probe(p) => self.on_probe(p, &mut ev),
             Input::Exit(x) => self.on_exit(x, &mut ev),
+            Input::EngineDied(d) => {
+                let open = matches!(self.state, Verdict::Starting | Verdict::Ready | Verdict::Unhealthy);
+                if open && !self.shutdown && self.engine_death.is_none() {
+                    ev.push(Event::EngineDied(d.clone()));
+                    self.engine_death = Some((d, self.now));
+                }
+            }
             Input::Tick => {}
             Input::Eof => self.on_eof(&mut ev),
         }
@@ -669,7 +688,7 @@ impl Judge {
                 b.cause = Some(c);
             }
         }
-        let detail = x.describe();
+        let detail = x.describe() + &self.engine_note();
         self.crash_detail(b, Some(detail), ev);
     }
 
@@ -691,7 +710,54 @@ impl Judge {
     }
 
     fn crash(&mut self, b: Block, ev: &mut Vec<Event>) {
-        self.crash_detail(b, None, ev);
+        let note = self.engine_note();
+        let detail = (!note.is_empty()).then(|| note.trim_start_matches("; ").to_string());
+        self.crash_detail(b, detail, ev);
+    }
+
+    /// "; engine process `x` (pid n) died at 12.0s" when an engine death is known, else empty.
+    fn engine_note(&self) -> String {
+        match &self.engine_death {
+            Some((d, at)) => format!("; {} died at {}", d.describe(), fmt_ms(self.rel(Some(*at)).unwrap_or(*at))),
+            None => String::new(),
+        }
+    }
+
+    /// An engine died and the log named nothing better within the quiet period: before ready the start
+    /// failed (`crashed`), after ready the server answers without an engine (`unhealthy`); both `engine_dead`.
+    fn judge_engine_death(&mut self, ev: &mut Vec<Event>) {
+        let Some((d, at)) = self.engine_death.clone() else { return };
+        if self.now.saturating_sub(at) < self.cfg.quiet_ms || self.shutdown {
+            return;
+        }
+        let detail = format!("{} died while the server process lives", d.describe());
+        match self.state {
+            Verdict::Starting => {
+                let mut b = self.block.take().unwrap_or_default();
+                if b.cause.is_none() {
+                    b.cause = Some(Cause::EngineDead);
+                    b.hint = None;
+                }
+                self.crash_detail(b, Some(detail), ev);
+            }
+            Verdict::Ready | Verdict::Unhealthy => {
+                self.state = Verdict::Unhealthy;
+                let lines = self.block.take().map(|b| b.lines()).unwrap_or_default();
+                let hint = hint_for(Cause::EngineDead, Phase::Serving).to_string();
+                let r = self.make_report(
+                    Verdict::Unhealthy,
+                    Phase::Serving,
+                    Some(Cause::EngineDead),
+                    Some(hint),
+                    Some(detail),
+                    lines,
+                );
+                self.emit(r, ev);
+                // said once
+                self.engine_death = None;
+            }
+            _ => {}
+        }
     }
 
     fn crash_detail(&mut self, b: Block, detail: Option<String>, ev: &mut Vec<Event>) {
@@ -715,6 +781,12 @@ impl Judge {
             if b.terminal && self.now.saturating_sub(b.last_at) >= self.cfg.quiet_ms {
                 let b = self.block.take().unwrap();
                 self.crash(b, ev);
+                return;
+            }
+        }
+        if self.engine_death.is_some() {
+            self.judge_engine_death(ev);
+            if self.state.is_terminal() || self.state == Verdict::Unhealthy {
                 return;
             }
         }

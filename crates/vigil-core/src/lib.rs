@@ -5,11 +5,13 @@ pub mod classify;
 pub mod judge;
 pub mod profile;
 pub mod time;
+pub mod tree;
 pub mod types;
 
 pub use classify::{Classifier, Line};
 pub use judge::{Event, ExitInfo, Fact, GpuFact, Input, Judge, JudgeConfig, ProbeOutcome, Report};
 pub use profile::{Profile, Profiles};
+pub use tree::{EngineDeath, ProcSample, TreeSample, TreeWatch};
 pub use types::{Cause, Phase, Verdict};
 
 /// Runs a whole text through a classifier and an offline judge. Lines are split on `\n` and `\r`.

@@ -50,6 +50,28 @@ pub struct ServerSpec {
     pub port_opens: Option<String>,
     /// Per-phase stall limits in seconds, overriding the defaults.
     pub stall_secs: Option<BTreeMap<String, u64>>,
+    /// Regexes on a process's title (`/proc/PID/cmdline`, which `setproctitle` rewrites) that name
+    /// an engine process of the server's tree: its death while the server lives is `engine_dead`.
+    pub engine_titles: Option<Vec<String>>,
+    /// The server's own Prometheus metrics that show engine progress (read after ready).
+    pub metrics: Option<MetricsSpec>,
+}
+
+/// Prometheus metric names that show whether the engine makes progress.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// Path of the metrics page (default `/metrics`).
+    pub path: Option<String>,
+    /// Gauge: requests waiting in the queue.
+    pub waiting: Option<String>,
+    /// Gauge: requests being processed.
+    pub running: Option<String>,
+    /// Counters that grow while tokens are generated or prompts processed (any growth is progress).
+    #[serde(default)]
+    pub tokens: Vec<String>,
+    /// Where the names come from.
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Clone)]
@@ -209,6 +231,9 @@ pub struct Profile {
     pub probe_timeout_secs: f64,
     pub port_opens: Phase,
     pub stall_secs: BTreeMap<Phase, u64>,
+    /// Process titles of the server's engine processes (see [`ServerSpec::engine_titles`]).
+    pub engine_titles: Vec<Regex>,
+    pub metrics: Option<MetricsSpec>,
     pub prefixes: Vec<Prefix>,
     pub rules: Vec<Rule>,
     /// All rule patterns in one set: one pass finds the first matching rule. Byte-oriented and ASCII-only
@@ -264,6 +289,8 @@ impl Profile {
             probe_timeout_secs: 5.0,
             port_opens: Phase::Http,
             stall_secs: BTreeMap::new(),
+            engine_titles: vec![],
+            metrics: None,
             prefixes: vec![],
             rules: vec![],
             rule_set: std::sync::OnceLock::new(),
@@ -321,6 +348,17 @@ impl Profile {
                     .ok_or_else(|| ProfileError(format!("{origin}: stall_secs: unknown phase '{k}'")))?;
                 self.stall_secs.insert(p, *v);
             }
+        }
+        if let Some(v) = &s.engine_titles {
+            self.engine_titles = v.iter().map(|p| re(origin, "engine_titles", p)).collect::<Result<_, _>>()?;
+        }
+        if let Some(m) = &s.metrics {
+            if m.waiting.is_none() && m.running.is_none() || m.tokens.is_empty() {
+                return Err(ProfileError(format!(
+                    "{origin}: metrics: needs `tokens` and at least one of `waiting`, `running`"
+                )));
+            }
+            self.metrics = Some(m.clone());
         }
         let mut prefixes = Vec::new();
         for p in &f.prefix {

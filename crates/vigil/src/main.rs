@@ -22,6 +22,7 @@ mod remote;
 mod report;
 mod run;
 mod tls;
+mod tree;
 mod up;
 mod wait;
 

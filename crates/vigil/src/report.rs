@@ -154,6 +154,23 @@ impl Reporter {
                 }
                 self.print(&s);
             }
+            (_, Event::Engine(e)) => {
+                let by = match e.by {
+                    vigil_core::tree::EngineBy::Title => "by its title",
+                    vigil_core::tree::EngineBy::Gpu => "it holds GPU memory",
+                };
+                let s = format!(
+                    "[{:>7}] engine process `{}` (pid {}): {by}",
+                    fmt_t(t_ms),
+                    vigil_core::tree::short_title(&e.title),
+                    e.pid
+                );
+                self.print(&s);
+            }
+            (_, Event::EngineDied(d)) => {
+                let s = format!("[{:>7}] {} died; the server process lives", fmt_t(t_ms), d.describe());
+                self.print(&s);
+            }
             (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) => {}
         }
     }

@@ -409,6 +409,13 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         }
     }
     let mut last_gpu: Option<crate::gpu::Held> = None;
+    // issue #17: the process tree as a fact (an engine process dying while the server lives).
+    let (tree_tx, mut tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
+    let mut tree_watch =
+        vigil_core::TreeWatch::new(forced.as_ref().map(|p| p.engine_titles.clone()).unwrap_or_default());
+    if let Some(pid) = a.pid {
+        crate::tree::spawn(pid, Duration::from_secs(1), a.gpu_interval, tree_tx);
+    }
 
     if dummy_health {
         rep.note(0, "SGLang --node-rank >= 1: its /health is a dummy that always answers 200; readiness comes from the log only");
@@ -598,6 +605,15 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 last_gpu = Some(h);
                 events = judge.feed(Fact { at: Some(ms()), input: Input::Gpu(fact) });
             }
+            Some(s) = tree_rx.recv() => {
+                if let Some(p) = server.as_deref().and_then(|k| profiles.get(k)) {
+                    tree_watch.set_titles(&p.engine_titles);
+                }
+                for d in tree_watch.observe(ms(), &s) {
+                    events.extend(judge.feed(Fact { at: Some(ms()), input: Input::EngineDied(d) }));
+                }
+                events.extend(tree_watch.new_engines().into_iter().map(Event::Engine));
+            }
             g = pending(&mut gen_task) => {
                 gen_task = None;
                 gen_done = Some(g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?);
@@ -669,7 +685,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                         ));
                     }
                 }
-                Event::Verdict(_) => {}
+                Event::Verdict(_) | Event::EngineDied(_) | Event::Engine(_) => {}
             }
             rep.event(ms(), ev);
         }

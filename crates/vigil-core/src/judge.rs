@@ -204,6 +204,9 @@ pub enum Event {
     },
     /// The log says the HTTP server is up, or the ready marker appeared while a probe must confirm it: probe now.
     ProbeNow { reason: String },
+    /// Where every process of the server's tree was at a verdict (or on request): told by the capture,
+    /// not the judge.
+    Evidence(Box<crate::evidence::Evidence>),
     /// An engine process of the server's tree was recognised (by title or GPU memory): its death while
     /// the server lives will be a verdict. Told by the tree watch, not the judge.
     Engine(crate::tree::EngineSeen),

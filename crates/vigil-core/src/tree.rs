@@ -73,9 +73,11 @@ impl EngineDeath {
     }
 }
 
-/// The first 80 characters of a title: the name, not the whole command line.
+/// The first line of a title, at most 80 characters: the name, not the whole command line.
 pub fn short_title(t: &str) -> String {
     let t = t.trim();
+    // `python -c CODE` puts a whole program in the command line: its first line names it
+    let t = t.lines().next().unwrap_or("").trim();
     match t.char_indices().nth(80) {
         Some((i, _)) => format!("{}…", &t[..i]),
         None => t.to_string(),

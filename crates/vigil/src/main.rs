@@ -3,6 +3,7 @@
 mod check;
 mod cli;
 mod diagnose;
+mod evidence;
 mod exit;
 mod fit;
 mod follow;
@@ -287,6 +288,17 @@ enum Cmd {
     Status {
         /// One line of JSON: an array with one object per run.
         #[arg(long, help_heading = help::OUTPUT)]
+        json: bool,
+    },
+    /// Where every process of a server is now: Python stacks (py-spy), native stacks (eu-stack), kernel
+    /// wait channels, NCCL flight-recorder dumps; saved in the run's folder.
+    Dump {
+        /// A run started with `vigil up` (see `vigil status`).
+        name: Option<String>,
+        /// A server process vigil did not start (its whole tree is captured).
+        #[arg(long, value_name = "PID", conflicts_with = "name")]
+        pid: Option<i32>,
+        #[arg(long)]
         json: bool,
     },
     /// A run's log (secrets redacted).
@@ -700,6 +712,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         Cmd::Down { names, all, pid, grace, json } => up::down(names, all, pid, grace, json),
         Cmd::Status { json } => up::status(json, &profiles),
         Cmd::Logs { name, follow, lines } => up::logs(&name, follow, lines),
+        Cmd::Dump { name, pid, json } => evidence::dump(name, pid, json),
         Cmd::Ps { json } => up::ps(json),
         Cmd::Gpu { json } => {
             let reader = match gpu::Reader::open() {

@@ -154,6 +154,25 @@ impl Reporter {
                 }
                 self.print(&s);
             }
+            (_, Event::Evidence(e)) => {
+                let s = format!(
+                    "[{:>7}] evidence of {} processes in {} ({}):",
+                    fmt_t(t_ms),
+                    e.procs.len(),
+                    e.dir,
+                    fmt_ms(e.took_ms)
+                );
+                self.print(&s);
+                for l in e.lines() {
+                    self.print(&format!("            {l}"));
+                }
+                let mut notes: Vec<&String> = e.notes.iter().chain(e.procs.iter().flat_map(|p| &p.notes)).collect();
+                notes.sort();
+                notes.dedup();
+                for n in notes {
+                    self.print(&format!("            note: {n}"));
+                }
+            }
             (_, Event::Engine(e)) => {
                 let by = match e.by {
                     vigil_core::tree::EngineBy::Title => "by its title",

@@ -685,7 +685,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                         ));
                     }
                 }
-                Event::Verdict(_) | Event::EngineDied(_) | Event::Engine(_) => {}
+                Event::Verdict(_) | Event::EngineDied(_) | Event::Engine(_) | Event::Evidence(_) => {}
             }
             rep.event(ms(), ev);
         }
@@ -710,6 +710,10 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     if let Some(h) = probe_task.take() {
                         h.abort();
                     }
+                    // issue #17: where every process of a stuck server is, before the verdict is told
+                    let mut r = r;
+                    let run_dir = a.exit_state.as_deref().and_then(|p| p.parent());
+                    crate::evidence::at_verdict(&mut rep, ms(), &mut r, a.pid, run_dir, &a.secrets).await;
                     update_metrics(&metrics, &judge, server.as_deref(), r.verdict);
                     sinks.verdict(&r);
                     rep.verdict(ms(), &r, None);

@@ -13,8 +13,27 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
 
-fn standin_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/standin/engine_server.py")
+/// The stand-in, written into the test's folder (the unprivileged run may not read the source tree).
+fn standin_script(d: &TempDir) -> PathBuf {
+    let p = d.path("engine_server.py");
+    std::fs::write(&p, include_str!("standin/engine_server.py")).unwrap();
+    p
+}
+
+/// py-spy from PyPI (scripts/test.sh installs it into a cached venv and exports VIGIL_PY_SPY).
+fn py_spy() -> Option<PathBuf> {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let p = std::env::var("VIGIL_PY_SPY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(home).join(".cache/vigil/venv-py-spy-0.4.3/bin/py-spy"));
+    if p.is_file() {
+        return Some(p);
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("py-spy missing ({}): scripts/test.sh installs it", p.display());
+    }
+    eprintln!("SKIP: py-spy missing ({})", p.display());
+    None
 }
 
 fn python() -> Option<PathBuf> {
@@ -37,7 +56,7 @@ fn profile_dir(d: &TempDir) -> PathBuf {
 fn start_standin(py: &Path, d: &TempDir, port: u16, ready: bool, log: &Path) -> Guard {
     let f = std::fs::File::create(log).unwrap();
     let mut c = Command::new(py);
-    c.arg(standin_script()).args(["--port", &port.to_string(), "--dir", d.0.to_str().unwrap()]);
+    c.arg(standin_script(d)).args(["--port", &port.to_string(), "--dir", d.0.to_str().unwrap()]);
     if ready {
         c.arg("--ready");
     }
@@ -132,4 +151,78 @@ fn e2e_engine_child_dying_after_ready_is_unhealthy_engine_dead_naming_it() {
     assert_eq!(v["cause"], "engine_dead", "{v}");
     assert_eq!(v["phase"], "serving", "{v}");
     assert!(v["detail"].as_str().unwrap().contains("standin::engine"), "{v}");
+}
+
+/// A stand-in whose two processes wait forever in named Python functions: the stalled verdict's evidence
+/// names each function for each process, and the raw stacks are saved.
+#[test]
+fn e2e_stalled_standin_evidence_names_the_function_of_every_process() {
+    let (Some(py), Some(spy)) = (python(), py_spy()) else { return };
+    let d = TempDir::new("evid");
+    let port = free_port();
+    let log = d.path("server.log");
+    let server = start_standin(&py, &d, port, false, &log);
+    let engine = read_pid(&d.path("engine.pid"));
+    let mut c = vigil();
+    c.env("VIGIL_PY_SPY", &spy).env("VIGIL_STATE_DIR", d.path("state"));
+    c.arg("--profiles").arg(profile_dir(&d));
+    c.args(["wait", "--json", "--server", "standin", "--stall", "2s", "--pid", &server.pid().to_string()]);
+    c.arg("--log").arg(&log);
+    let (mut child, lines) = spawn_json(c);
+    let all: Vec<serde_json::Value> = lines.collect();
+    let status = wait_bounded(&mut child, T);
+    let r = verdict(&all);
+    assert_eq!(status.code(), Some(4), "{r}");
+    assert_eq!(r["verdict"], "stalled", "{r}");
+    let ev = all.iter().find(|v| v["event"] == "evidence").expect("evidence event");
+    let procs = ev["procs"].as_array().unwrap();
+    let at = |pid: i32| {
+        procs.iter().find(|p| p["pid"] == pid).unwrap_or_else(|| panic!("pid {pid} not captured: {ev}"))["at"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(at(server.pid()).contains("`waiting_for_engine`"), "{ev}");
+    assert!(at(engine).contains("`wedged_in_dist_init`"), "{ev}");
+    // the verdict says it too, one line per process
+    let evidence: Vec<&str> = r["evidence"].as_array().unwrap().iter().filter_map(|l| l.as_str()).collect();
+    assert!(evidence.iter().any(|l| l.contains(&format!("pid {engine}")) && l.contains("wedged_in_dist_init")), "{r}");
+    // the raw stacks lie in the evidence folder, bounded
+    let dir = PathBuf::from(ev["dir"].as_str().unwrap());
+    let raw = std::fs::read_to_string(dir.join(format!("pid-{engine}.py-spy.txt"))).unwrap();
+    assert!(raw.contains("wedged_in_dist_init"));
+    assert!(dir.join("evidence.json").is_file());
+}
+
+/// The real llama-server stalled opening its model (a FIFO, as on slow storage): its evidence has the
+/// kernel wait channel and, with eu-stack (Debian's elfutils, installed by scripts/test.sh), native frames.
+#[test]
+fn e2e_stalled_llama_server_evidence_has_wait_channel_and_native_frames() {
+    let Some(e) = env() else { return };
+    let Some(_eu) = tool("/usr/bin/eu-stack", "elfutils") else { return };
+    let d = TempDir::new("evid-llama");
+    let port = free_port();
+    let log = d.path("server.log");
+    let fifo = fifo_model(&d);
+    let s = start_server(&e, &fifo, port, &log, &[]);
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", d.path("state"));
+    c.args(["wait", "--json", "--stall", "2s", "--log"]).arg(&log).args(["--pid", &s.pid().to_string()]);
+    let (mut child, lines) = spawn_json(c);
+    let all: Vec<serde_json::Value> = lines.collect();
+    wait_bounded(&mut child, T);
+    let r = verdict(&all);
+    assert_eq!(r["verdict"], "stalled", "{r}");
+    let ev = all.iter().find(|v| v["event"] == "evidence").expect("evidence event");
+    let p = ev["procs"].as_array().unwrap().iter().find(|p| p["pid"] == s.pid()).expect("server captured");
+    let wchan = p["wchan"].as_str().unwrap_or("");
+    assert!(!wchan.is_empty() && wchan != "0", "no wait channel: {p}");
+    let files: Vec<&str> = p["files"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+    assert!(files.iter().any(|f| f.ends_with(".eu-stack.txt")), "{p}");
+    let raw = std::fs::read_to_string(
+        PathBuf::from(ev["dir"].as_str().unwrap()).join(format!("pid-{}.eu-stack.txt", s.pid())),
+    )
+    .unwrap();
+    assert!(raw.contains("TID ") && raw.contains("#0 "), "{raw}");
+    assert!(p["at"].as_str().unwrap().contains("native `"), "{p}");
 }

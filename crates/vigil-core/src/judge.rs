@@ -204,6 +204,8 @@ pub enum Event {
     },
     /// The log says the HTTP server is up, or the ready marker appeared while a probe must confirm it: probe now.
     ProbeNow { reason: String },
+    /// What `--on-stall` did with a stuck server (kept it, or stopped it with proof): told by the binary.
+    OnStall(crate::policy::StallAction),
     /// Where every process of the server's tree was at a verdict (or on request): told by the capture,
     /// not the judge.
     Evidence(Box<crate::evidence::Evidence>),

@@ -4,6 +4,7 @@
 pub mod classify;
 pub mod evidence;
 pub mod judge;
+pub mod policy;
 pub mod profile;
 pub mod time;
 pub mod tree;

@@ -16,6 +16,7 @@ mod kprobe;
 mod lines;
 mod metrics;
 mod notify;
+mod policy;
 mod probe;
 mod procs;
 mod proof;
@@ -483,6 +484,15 @@ struct ProofFlags {
     /// Health probe timeout while watching (default from the profile).
     #[arg(long = "watch-probe-timeout", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
     watch_probe_timeout: Option<std::time::Duration>,
+    /// A stalled server (or a crashed one whose processes linger, or one whose engine died): after its
+    /// evidence is saved, `stop` its process tree and prove the port and GPU memory free, or `keep` it.
+    /// Default: stop for `up` (a server vigil launched; keep with --keep), keep for `wait`.
+    #[arg(long, value_name = "keep|stop", value_parser = parse_on_stall, help_heading = help::SUPERVISION)]
+    on_stall: Option<vigil_core::policy::OnStall>,
+}
+
+fn parse_on_stall(s: &str) -> Result<vigil_core::policy::OnStall, String> {
+    vigil_core::policy::OnStall::parse(s).ok_or_else(|| format!("'{s}': say keep or stop"))
 }
 
 impl ProofFlags {
@@ -495,6 +505,7 @@ impl ProofFlags {
         w.metrics = self.metrics;
         w.metrics_linger = self.metrics_linger;
         w.gpu_interval = self.gpu_interval;
+        w.on_stall = self.on_stall;
         if self.watch_probe_timeout.is_some() {
             w.probe_timeout = self.watch_probe_timeout;
         }

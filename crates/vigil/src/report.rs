@@ -154,6 +154,23 @@ impl Reporter {
                 }
                 self.print(&s);
             }
+            (_, Event::OnStall(s)) => {
+                let what = match (s.action, s.survivors.is_empty()) {
+                    (vigil_core::policy::OnStall::Keep, _) => {
+                        format!("--on-stall keep: {} process(es) left running", s.pids.len())
+                    }
+                    (_, true) => format!("--on-stall stop: {} process(es) stopped, none left", s.pids.len()),
+                    (_, false) => {
+                        format!("--on-stall stop: {} process(es) still alive: {:?}", s.survivors.len(), s.survivors)
+                    }
+                };
+                let port = match (s.port, s.port_free) {
+                    (Some(p), Some(true)) => format!("; port {p} free"),
+                    (Some(p), Some(false)) => format!("; port {p} still taken"),
+                    _ => String::new(),
+                };
+                self.print(&format!("[{:>7}] {what}{port}", fmt_t(t_ms)));
+            }
             (_, Event::Evidence(e)) => {
                 let s = format!(
                     "[{:>7}] evidence of {} processes in {} ({}):",

@@ -11,6 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use vigil_core::judge::fmt_ms;
+use vigil_core::policy::OnStall;
 use vigil_core::{Profiles, Verdict};
 
 pub struct UpArgs {
@@ -372,6 +373,9 @@ async fn watch(
     w.stall = a.stall.clone();
     w.json = a.json;
     w.quiet = a.quiet;
+    // issue #17: a server vigil launched is stopped when stuck, unless --keep or --on-stall keep
+    w.on_stall = Some(w.on_stall.unwrap_or(if a.keep { OnStall::Keep } else { OnStall::Stop }));
+    w.stop_grace = a.grace;
     w.attach_run(dir, rec, &profiles, !a.no_probe);
     wait::run(w, profiles).await
 }

@@ -76,6 +76,10 @@ pub struct Args {
     pub tag: Option<(String, Option<usize>)>,
     /// Multi-node: phase changes go to the driver, which reports the least advanced rank.
     pub phase_tx: Option<mpsc::UnboundedSender<(usize, Phase)>>,
+    /// issue #17: what to do with a stuck server after its evidence is saved (None: keep).
+    pub on_stall: Option<vigil_core::policy::OnStall>,
+    /// Grace between SIGTERM and SIGKILL when `on_stall` stops the server.
+    pub stop_grace: Duration,
 }
 
 impl Args {
@@ -113,6 +117,8 @@ impl Args {
             remote: None,
             tag: None,
             phase_tx: None,
+            on_stall: None,
+            stop_grace: Duration::from_secs(10),
         }
     }
 }
@@ -685,7 +691,11 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                         ));
                     }
                 }
-                Event::Verdict(_) | Event::EngineDied(_) | Event::Engine(_) | Event::Evidence(_) => {}
+                Event::Verdict(_)
+                | Event::EngineDied(_)
+                | Event::Engine(_)
+                | Event::Evidence(_)
+                | Event::OnStall(_) => {}
             }
             rep.event(ms(), ev);
         }
@@ -714,6 +724,12 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     let mut r = r;
                     let run_dir = a.exit_state.as_deref().and_then(|p| p.parent());
                     crate::evidence::at_verdict(&mut rep, ms(), &mut r, a.pid, run_dir, &a.secrets).await;
+                    let port = target
+                        .as_ref()
+                        .filter(|t| t.host == "localhost" || t.host.starts_with("127."))
+                        .map(|t| t.port)
+                        .or(cmd_port);
+                    crate::policy::on_verdict(&mut rep, ms(), &mut r, &a, port);
                     update_metrics(&metrics, &judge, server.as_deref(), r.verdict);
                     sinks.verdict(&r);
                     rep.verdict(ms(), &r, None);

@@ -226,3 +226,60 @@ fn e2e_stalled_llama_server_evidence_has_wait_channel_and_native_frames() {
     assert!(raw.contains("TID ") && raw.contains("#0 "), "{raw}");
     assert!(p["at"].as_str().unwrap().contains("native `"), "{p}");
 }
+
+fn pid_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !matches!(s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()), Some("Z") | Some("X")))
+        .unwrap_or(false)
+}
+
+/// `vigil up` of the real llama-server stalled on its model (a FIFO): with `--on-stall stop` the evidence is
+/// saved, then the tree is stopped: no process left, the port free (proven by binding it here too).
+fn up_stalled(on_stall: &str) -> Option<(TempDir, u16, Vec<serde_json::Value>, i32, i32)> {
+    let e = env()?;
+    let d = TempDir::new("onstall");
+    let port = free_port();
+    let fifo = fifo_model(&d);
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", d.path("state"));
+    c.args(["up", "--name", "s1", "--no-check", "--json", "--stall", "2s", "--on-stall", on_stall, "--"]);
+    c.arg(&e.server).arg("-m").arg(&fifo);
+    c.args(["--host", "127.0.0.1", "--port", &port.to_string(), "-c", "256", "-t", "1"]);
+    let o = run_bounded(c, T);
+    let lines = json_lines(&o);
+    assert_eq!(o.status.code(), Some(4), "{lines:?}");
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path("state/runs/s1/state.json")).unwrap()).unwrap();
+    let (server, keeper) = (st["server_pid"].as_i64().unwrap() as i32, st["keeper_pid"].as_i64().unwrap() as i32);
+    Some((d, port, lines, server, keeper))
+}
+
+#[test]
+fn e2e_on_stall_stop_leaves_no_process_and_the_port_free() {
+    let Some((_d, port, lines, server, keeper)) = up_stalled("stop") else { return };
+    let r = verdict(&lines);
+    assert_eq!(r["verdict"], "stalled", "{r}");
+    let pos = |k: &str| lines.iter().position(|v| v["event"] == k).unwrap_or_else(|| panic!("no {k} event: {lines:?}"));
+    assert!(pos("evidence") < pos("on_stall"), "the evidence is saved before the stop");
+    let act = &lines[pos("on_stall")];
+    assert_eq!(act["action"], "stop", "{act}");
+    assert!(act.get("survivors").is_none(), "{act}");
+    assert_eq!((act["port"].as_u64(), act["port_free"].as_bool()), (Some(port as u64), Some(true)), "{act}");
+    assert!(r["detail"].as_str().unwrap().contains("none left"), "{r}");
+    assert!(!pid_alive(server) && !pid_alive(keeper), "a process of the run is left");
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "port still taken");
+}
+
+#[test]
+fn e2e_on_stall_keep_leaves_the_stalled_server_running() {
+    let Some((d, port, lines, server, _keeper)) = up_stalled("keep") else { return };
+    let act = lines.iter().find(|v| v["event"] == "on_stall").expect("on_stall event");
+    assert_eq!(act["action"], "keep", "{act}");
+    assert!(pid_alive(server), "kept means kept");
+    assert!(verdict(&lines)["detail"].as_str().unwrap().contains("vigil down s1"));
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", d.path("state")).args(["down", "s1"]);
+    assert_eq!(run_bounded(c, T).status.code(), Some(0));
+    assert!(!pid_alive(server));
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "port still taken");
+}

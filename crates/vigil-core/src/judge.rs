@@ -32,6 +32,9 @@ pub struct JudgeConfig {
     pub quiet_ms: u64,
     /// After ready: probes failing for this long give `unhealthy` (watch mode). None: never.
     pub unhealthy_after_ms: Option<u64>,
+    /// After ready: requests waiting or running with the server's token counters still this long give
+    /// `unhealthy` (from its own metrics). None: metrics are not judged.
+    pub metrics_window_ms: Option<u64>,
 }
 
 impl Default for JudgeConfig {
@@ -45,6 +48,7 @@ impl Default for JudgeConfig {
             timeout_ms: None,
             quiet_ms: 1500,
             unhealthy_after_ms: None,
+            metrics_window_ms: None,
         }
     }
 }
@@ -134,6 +138,8 @@ pub enum Input {
     Exit(ExitInfo),
     /// An engine process of the server's tree died while the server process lives (see `tree`).
     EngineDied(EngineDeath),
+    /// A reading of the server's own metrics (after ready).
+    Metrics(crate::engine_metrics::MetricsSample),
     /// Time passes.
     Tick,
     /// Offline: the text ended.
@@ -204,6 +210,8 @@ pub enum Event {
     },
     /// The log says the HTTP server is up, or the ready marker appeared while a probe must confirm it: probe now.
     ProbeNow { reason: String },
+    /// A changed reading of the server's own metrics (after ready): told by the reader, judged by the judge.
+    EngineMetrics(crate::engine_metrics::MetricsSample),
     /// What `--on-stall` did with a stuck server (kept it, or stopped it with proof): told by the binary.
     OnStall(crate::policy::StallAction),
     /// Where every process of the server's tree was at a verdict (or on request): told by the capture,
@@ -318,6 +326,7 @@ pub struct Judge {
     last_probe_ok: Option<bool>,
     /// An engine death waiting for the log to catch up (its last lines may name a better cause).
     engine_death: Option<(EngineDeath, u64)>,
+    metrics: crate::engine_metrics::MetricsWatch,
 }
 
 impl Judge {
@@ -346,6 +355,7 @@ impl Judge {
             last_line_at: None,
             last_probe_ok: None,
             engine_death: None,
+            metrics: Default::default(),
         }
     }
 
@@ -456,6 +466,7 @@ impl Judge {
                     self.engine_death = Some((d, self.now));
                 }
             }
+            Input::Metrics(s) => self.on_metrics(s, &mut ev),
             Input::Tick => {}
             Input::Eof => self.on_eof(&mut ev),
         }
@@ -725,6 +736,29 @@ impl Judge {
         match &self.engine_death {
             Some((d, at)) => format!("; {} died at {}", d.describe(), fmt_ms(self.rel(Some(*at)).unwrap_or(*at))),
             None => String::new(),
+        }
+    }
+
+    /// After ready, the server's own counters: requests waiting or running with no token counted for the
+    /// window is a stuck engine (`unhealthy`), without a generation probe.
+    fn on_metrics(&mut self, s: crate::engine_metrics::MetricsSample, ev: &mut Vec<Event>) {
+        let Some(window) = self.cfg.metrics_window_ms else { return };
+        if self.state != Verdict::Ready {
+            return;
+        }
+        if let Some(st) = self.metrics.observe(self.now, &s, window) {
+            self.state = Verdict::Unhealthy;
+            let d = format!(
+                "the server's metrics: {} request(s) waiting, {} running, token counters still at {} for {} (window {})",
+                st.waiting,
+                st.running,
+                st.tokens,
+                fmt_ms(st.still_ms),
+                fmt_ms(window)
+            );
+            let hint = "the engine stopped generating while requests wait: a hung forward pass or collective; the evidence shows where each process is".to_string();
+            let r = self.make_report(Verdict::Unhealthy, Phase::Serving, None, Some(hint), Some(d), vec![]);
+            self.emit(r, ev);
         }
     }
 

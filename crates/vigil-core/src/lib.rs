@@ -2,6 +2,7 @@
 //! machine and the verdict types. No tokio, no printing, no clock reads: time comes in with each fact.
 
 pub mod classify;
+pub mod engine_metrics;
 pub mod evidence;
 pub mod judge;
 pub mod policy;

@@ -3,6 +3,7 @@
 mod check;
 mod cli;
 mod diagnose;
+mod engine_metrics;
 mod evidence;
 mod exit;
 mod fit;

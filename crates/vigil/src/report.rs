@@ -207,7 +207,7 @@ impl Reporter {
                 let s = format!("[{:>7}] {} died; the server process lives", fmt_t(t_ms), d.describe());
                 self.print(&s);
             }
-            (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) => {}
+            (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) | (_, Event::EngineMetrics(_)) => {}
         }
     }
 

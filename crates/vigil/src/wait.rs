@@ -306,6 +306,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         stall_default_ms: stall_all,
         timeout_ms: Some(a.timeout.as_millis() as u64),
         unhealthy_after_ms: a.watch.then_some(a.unhealthy_after.as_millis() as u64),
+        metrics_window_ms: a.watch.then_some(a.unhealthy_after.as_millis() as u64),
         ..JudgeConfig::default()
     };
     if let Some(p) = &forced {
@@ -415,6 +416,12 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         }
     }
     let mut last_gpu: Option<crate::gpu::Held> = None;
+    // issue #17: engine progress from the server's own metrics while watching (probes are the fallback)
+    let (emetrics_tx, mut emetrics_rx) = mpsc::unbounded_channel();
+    if let (true, Some(t), Some(spec)) = (a.watch, &target, forced.as_ref().and_then(|p| p.metrics.clone())) {
+        crate::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
+    }
+    let (mut emetrics_live, mut emetrics_last) = (false, None);
     // issue #17: the process tree as a fact (an engine process dying while the server lives).
     let (tree_tx, mut tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
     let mut tree_watch =
@@ -611,6 +618,16 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 last_gpu = Some(h);
                 events = judge.feed(Fact { at: Some(ms()), input: Input::Gpu(fact) });
             }
+            Some(m) = emetrics_rx.recv() => {
+                emetrics_live = m.is_some();
+                if let Some(s) = m {
+                    if emetrics_last.as_ref() != Some(&s) {
+                        emetrics_last = Some(s.clone());
+                        events.push(Event::EngineMetrics(s.clone()));
+                    }
+                    events.extend(judge.feed(Fact { at: Some(ms()), input: Input::Metrics(s) }));
+                }
+            }
             Some(s) = tree_rx.recv() => {
                 if let Some(p) = server.as_deref().and_then(|k| profiles.get(k)) {
                     tree_watch.set_titles(&p.engine_titles);
@@ -695,7 +712,8 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 | Event::EngineDied(_)
                 | Event::Engine(_)
                 | Event::Evidence(_)
-                | Event::OnStall(_) => {}
+                | Event::OnStall(_)
+                | Event::EngineMetrics(_) => {}
             }
             rep.event(ms(), ev);
         }
@@ -803,7 +821,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             }
             let want_gen = match stage {
                 Stage::Proving(..) => true,
-                Stage::Watching => a.generate && !dummy_health,
+                Stage::Watching => a.generate && !dummy_health && !emetrics_live,
                 Stage::Starting => false,
             };
             if want_gen && gen_task.is_none() && Instant::now() >= next_gen {

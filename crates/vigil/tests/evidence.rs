@@ -283,3 +283,47 @@ fn e2e_on_stall_keep_leaves_the_stalled_server_running() {
     assert!(!pid_alive(server));
     assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "port still taken");
 }
+
+fn post(port: u16, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "POST {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// The watch after ready reads the real llama-server's `/metrics` (`--metrics`): its request gauges and
+/// token counters, named in the llama-cpp profile; a completion sent by hand shows as counted tokens.
+#[test]
+fn e2e_watch_reads_the_real_llama_servers_metrics_counters() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("emetrics");
+    let port = free_port();
+    let log = d.path("server.log");
+    let s = start_server(&e, &e.models.join("tiny.gguf"), port, &log, &["--metrics"]);
+    let mut c = vigil();
+    c.args(["wait", "--json", "--watch", "--pid", &s.pid().to_string()]);
+    c.args(["--url", &format!("http://127.0.0.1:{port}/health")]);
+    let (mut child, mut lines) = spawn_json(c);
+    let first = lines.by_ref().find(|v| v["event"] == "engine_metrics").expect("a metrics reading");
+    assert_eq!(first["waiting"], 0.0, "{first}");
+    assert_eq!(first["running"], 0.0, "{first}");
+    let before = first["tokens"].as_f64().unwrap();
+    let answer = post(port, "/completion", r#"{"prompt":"Hello","n_predict":8}"#);
+    assert!(answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"), "{answer}");
+    let after = lines
+        .by_ref()
+        .find(|v| v["event"] == "engine_metrics" && v["tokens"].as_f64().unwrap() > before)
+        .expect("the counters moved");
+    assert!(after["tokens"].as_f64().unwrap() >= before + 8.0, "{first} → {after}");
+    signal(child.id() as i32, libc::SIGINT);
+    let rest: Vec<serde_json::Value> = lines.collect();
+    wait_bounded(&mut child, T);
+    assert!(rest.iter().all(|v| v["verdict"] != "unhealthy"), "an idle server is not stuck: {rest:?}");
+}

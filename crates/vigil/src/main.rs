@@ -294,12 +294,14 @@ enum Cmd {
     },
     /// Where every process of a server is now: Python stacks (py-spy), native stacks (eu-stack), kernel
     /// wait channels, NCCL flight-recorder dumps; saved in the run's folder.
+    #[command(after_long_help = help::DUMP)]
     Dump {
         /// A run started with `vigil up` (see `vigil status`).
         name: Option<String>,
         /// A server process vigil did not start (its whole tree is captured).
         #[arg(long, value_name = "PID", conflicts_with = "name")]
         pid: Option<i32>,
+        /// One JSON `evidence` event on stdout (schema: docs/events.md).
         #[arg(long)]
         json: bool,
     },

@@ -140,6 +140,8 @@ pub enum Input {
     EngineDied(EngineDeath),
     /// A reading of the server's own metrics (after ready).
     Metrics(crate::engine_metrics::MetricsSample),
+    /// NVML reported a critical Xid or an uncorrectable ECC error on a GPU: every later verdict names it.
+    GpuEvent(crate::gpu_health::GpuEvent),
     /// Time passes.
     Tick,
     /// Offline: the text ended.
@@ -210,6 +212,8 @@ pub enum Event {
     },
     /// The log says the HTTP server is up, or the ready marker appeared while a probe must confirm it: probe now.
     ProbeNow { reason: String },
+    /// A GPU event (Xid, uncorrectable ECC) during the watch; later verdicts name it in their detail.
+    GpuEvent(crate::gpu_health::GpuEvent),
     /// A changed reading of the server's own metrics (after ready): told by the reader, judged by the judge.
     EngineMetrics(crate::engine_metrics::MetricsSample),
     /// What `--on-stall` did with a stuck server (kept it, or stopped it with proof): told by the binary.
@@ -327,6 +331,8 @@ pub struct Judge {
     /// An engine death waiting for the log to catch up (its last lines may name a better cause).
     engine_death: Option<(EngineDeath, u64)>,
     metrics: crate::engine_metrics::MetricsWatch,
+    /// GPU events seen, with their time (ms from the origin), at most 16.
+    gpu_events: Vec<(crate::gpu_health::GpuEvent, u64)>,
 }
 
 impl Judge {
@@ -356,6 +362,7 @@ impl Judge {
             last_probe_ok: None,
             engine_death: None,
             metrics: Default::default(),
+            gpu_events: vec![],
         }
     }
 
@@ -467,6 +474,13 @@ impl Judge {
                 }
             }
             Input::Metrics(s) => self.on_metrics(s, &mut ev),
+            Input::GpuEvent(g) => {
+                if self.gpu_events.len() < 16 {
+                    let at = self.rel(Some(self.now)).unwrap_or(self.now);
+                    self.gpu_events.push((g.clone(), at));
+                }
+                ev.push(Event::GpuEvent(g));
+            }
             Input::Tick => {}
             Input::Eof => self.on_eof(&mut ev),
         }
@@ -926,6 +940,19 @@ impl Judge {
             };
             timeline.push(TimelineEntry { phase: *p, at_ms: *at, duration_ms });
         }
+        // a GPU that reported an Xid or an uncorrectable ECC error is named in every verdict but ready
+        let detail = match (verdict, self.gpu_events.is_empty()) {
+            (Verdict::Ready, _) | (_, true) => detail,
+            _ => {
+                let g: Vec<String> =
+                    self.gpu_events.iter().map(|(e, at)| format!("{} at {}", e.describe(), fmt_ms(*at))).collect();
+                let g = format!("GPU events: {}", g.join(", "));
+                Some(match detail {
+                    Some(d) => format!("{d}; {g}"),
+                    None => g,
+                })
+            }
+        };
         Report {
             verdict,
             phase,

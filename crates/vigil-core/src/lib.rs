@@ -4,6 +4,7 @@
 pub mod classify;
 pub mod engine_metrics;
 pub mod evidence;
+pub mod gpu_health;
 pub mod judge;
 pub mod policy;
 pub mod profile;

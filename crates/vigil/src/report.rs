@@ -190,6 +190,10 @@ impl Reporter {
                     self.print(&format!("            note: {n}"));
                 }
             }
+            (_, Event::GpuEvent(g)) => {
+                let s = format!("[{:>7}] GPU event: {}", fmt_t(t_ms), g.describe());
+                self.print(&s);
+            }
             (_, Event::Engine(e)) => {
                 let by = match e.by {
                     vigil_core::tree::EngineBy::Title => "by its title",

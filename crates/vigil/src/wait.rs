@@ -713,7 +713,8 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 | Event::Engine(_)
                 | Event::Evidence(_)
                 | Event::OnStall(_)
-                | Event::EngineMetrics(_) => {}
+                | Event::EngineMetrics(_)
+                | Event::GpuEvent(_) => {}
             }
             rep.event(ms(), ev);
         }

@@ -147,3 +147,24 @@ fn derived_topo_p2p_matrix_of_two_pcie_cards() {
     );
     assert_eq!(findings(&[], &p, None).len(), 1);
 }
+
+/// During a watch an Xid on the server's GPU is a fact the verdict names (a stall here).
+#[test]
+fn an_xid_during_the_watch_is_named_by_the_verdict() {
+    use vigil_core::{Event, Fact, Input, Judge, JudgeConfig, Verdict};
+    let cfg = JudgeConfig { live: true, stall_enabled: true, stall_default_ms: Some(10_000), ..JudgeConfig::default() };
+    let mut j = Judge::new(cfg);
+    j.feed(Fact { at: Some(0), input: Input::Tick });
+    let ev = j.feed(Fact { at: Some(2_000), input: Input::GpuEvent(GpuEvent { gpu: 3, xid: Some(79), kind: "xid" }) });
+    assert!(ev.iter().any(|e| matches!(e, Event::GpuEvent(g) if g.xid == Some(79))));
+    let r = j
+        .feed(Fact { at: Some(10_000), input: Input::Tick })
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Verdict(r) => Some(r),
+            _ => None,
+        })
+        .expect("stalled");
+    assert_eq!(r.verdict, Verdict::Stalled);
+    assert!(r.detail.as_deref().unwrap().contains("Xid 79 on GPU 3 at 2.0s"), "{:?}", r.detail);
+}

@@ -10,6 +10,7 @@ mod fit;
 mod follow;
 mod gguf;
 mod gpu;
+mod gpu_health;
 mod help;
 mod hosts;
 mod keeper;

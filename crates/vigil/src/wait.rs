@@ -422,6 +422,11 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         crate::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
     }
     let (mut emetrics_live, mut emetrics_last) = (false, None);
+    // issue #17: Xid and uncorrectable ECC events from NVML, named by the verdict (local servers)
+    let (gpu_ev_tx, mut gpu_ev_rx) = mpsc::unbounded_channel::<vigil_core::gpu_health::GpuEvent>();
+    if a.pid.is_some() {
+        crate::gpu_health::watch_events(gpu_ev_tx);
+    }
     // issue #17: the process tree as a fact (an engine process dying while the server lives).
     let (tree_tx, mut tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
     let mut tree_watch =
@@ -617,6 +622,13 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 let fact = vigil_core::GpuFact { total_mib: h.total_mib, describe: crate::gpu::describe(&h.per_gpu) };
                 last_gpu = Some(h);
                 events = judge.feed(Fact { at: Some(ms()), input: Input::Gpu(fact) });
+            }
+            Some(g) = gpu_ev_rx.recv() => {
+                // the server's GPUs: those its tree holds memory on (all, before a reading)
+                let ours = last_gpu.as_ref().is_none_or(|h| h.per_gpu.is_empty() || h.per_gpu.contains_key(&g.gpu));
+                if ours {
+                    events = judge.feed(Fact { at: Some(ms()), input: Input::GpuEvent(g) });
+                }
             }
             Some(m) = emetrics_rx.recv() => {
                 emetrics_live = m.is_some();

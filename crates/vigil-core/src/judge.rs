@@ -853,7 +853,7 @@ impl Judge {
                         fmt_ms(failing),
                         fmt_ms(limit)
                     );
-                    let hint = "the process lives but does not answer: a hung engine or a stopped process; check it with py-spy or restart it".to_string();
+                    let hint = "the process lives but does not answer: a hung engine or a stopped process; the evidence shows where each process is (`vigil dump NAME` takes it again), or restart it".to_string();
                     let r = self.make_report(Verdict::Unhealthy, Phase::Serving, None, Some(hint), Some(d), vec![]);
                     self.emit(r, ev);
                 }
@@ -1022,7 +1022,7 @@ fn stall_hint(p: Phase) -> &'static str {
     match p {
         Phase::DistInit => "stuck in distributed init: a rank or node did not join (NCCL/TCP store); check every node is up and NCCL_SOCKET_IFNAME",
         Phase::Weights | Phase::DraftWeights => "weight loading stopped progressing: check the filesystem (network storage?) and host memory",
-        Phase::CudaGraphs | Phase::DraftCudaGraphs => "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory flat; py-spy dump the scheduler, or try --disable-cuda-graph to confirm",
+        Phase::CudaGraphs | Phase::DraftCudaGraphs => "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or try --disable-cuda-graph to confirm",
         Phase::Compile => "torch.compile is silent for long stretches: raise --stall compile=DUR if this is a cold cache",
         _ => "the server stopped making progress: the last lines show where it was",
     }

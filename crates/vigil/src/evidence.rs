@@ -244,12 +244,27 @@ pub async fn at_verdict(
     pid: Option<i32>,
     run_dir: Option<&Path>,
     secrets: &[String],
+    remote: Option<&crate::remote::RemoteWatch>,
 ) {
     use vigil_core::Verdict;
-    let Some(pid) = pid.filter(|p| crate::procs::alive(*p)) else { return };
     if !matches!(r.verdict, Verdict::Stalled | Verdict::Unhealthy) {
         return;
     }
+    if let (None, Some(w)) = (pid, remote) {
+        // a run on a node: the capture runs there, over the run's connection
+        match crate::remote_evidence::capture(&w.conn, &w.name, secrets).await {
+            Ok(ev) => {
+                let mut lines = ev.lines();
+                lines.push(format!("evidence saved in {}", ev.dir));
+                lines.append(&mut r.evidence);
+                r.evidence = lines;
+                rep.event(t_ms, &vigil_core::Event::Evidence(Box::new(ev)));
+            }
+            Err(e) => rep.note(t_ms, &format!("evidence on the node: {e}")),
+        }
+        return;
+    }
+    let Some(pid) = pid.filter(|p| crate::procs::alive(*p)) else { return };
     let dir = dir_for(run_dir, pid);
     let secrets = secrets.to_vec();
     let ev = match tokio::task::spawn_blocking(move || gather(pid, &dir, &secrets)).await {

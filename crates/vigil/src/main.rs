@@ -23,6 +23,7 @@ mod probe;
 mod procs;
 mod proof;
 mod remote;
+mod remote_evidence;
 mod report;
 mod run;
 mod tls;
@@ -835,6 +836,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
         Cmd::Status { json } => rt.block_on(hosts::status(hs, json, profiles)),
         Cmd::Logs { name, follow, lines } => rt.block_on(hosts::logs(hs, name, follow, lines)),
         Cmd::Ps { json } => rt.block_on(hosts::ps(hs, json)),
+        Cmd::Dump { name: Some(name), pid: None, json } => rt.block_on(remote_evidence::dump(hs, name, json)),
         Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
             if let Some(b) = gpu_mem {

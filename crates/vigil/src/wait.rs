@@ -754,7 +754,8 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     // issue #17: where every process of a stuck server is, before the verdict is told
                     let mut r = r;
                     let run_dir = a.exit_state.as_deref().and_then(|p| p.parent());
-                    crate::evidence::at_verdict(&mut rep, ms(), &mut r, a.pid, run_dir, &a.secrets).await;
+                    crate::evidence::at_verdict(&mut rep, ms(), &mut r, a.pid, run_dir, &a.secrets, a.remote.as_ref())
+                        .await;
                     let port = target
                         .as_ref()
                         .filter(|t| t.host == "localhost" || t.host.starts_with("127."))

@@ -21,9 +21,18 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
         return;
     }
     let Some(pid) = pid else { return };
+    let state: Option<crate::run::State> = run_dir.and_then(|d| crate::run::read_json(&d.join("state.json")));
     let mut pids: Vec<i32> = crate::procs::descendants(pid);
     if crate::procs::alive(pid) {
         pids.insert(0, pid);
+    }
+    // a run's keeper is a subreaper: children the dead server left behind are its descendants
+    if let Some(k) = state.as_ref().map(|s| s.keeper_pid).filter(|k| *k > 0 && crate::procs::alive(*k)) {
+        for d in crate::procs::descendants(k) {
+            if !pids.contains(&d) {
+                pids.push(d);
+            }
+        }
     }
     if pids.is_empty() {
         return; // nothing lingers
@@ -38,7 +47,6 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
             push_detail(r, &format!("left running (--on-stall keep): {} process(es); {how} stops it", pids.len()));
         }
         OnStall::Stop => {
-            let state: Option<crate::run::State> = run_dir.and_then(|d| crate::run::read_json(&d.join("state.json")));
             act.survivors = match (run_dir, state) {
                 (Some(d), Some(st)) => crate::up::stop_run(d, &st, grace, rep).unwrap_or(pids.clone()),
                 _ => {

@@ -16,6 +16,8 @@ pub const TOOL_DEADLINE: Duration = Duration::from_secs(10);
 pub const MAX_FILE: u64 = 1 << 20;
 /// Processes captured at most (a 16-GPU server has ~40 with its helpers).
 pub const MAX_PROCS: usize = 128;
+/// No new batch of processes is started after this long: the verdict waits for the evidence.
+pub const TOTAL_DEADLINE: Duration = Duration::from_secs(60);
 /// NCCL flight-recorder dumps copied at most, each at most `MAX_DUMP` bytes.
 const MAX_DUMPS: usize = 64;
 const MAX_DUMP: u64 = 16 << 20;
@@ -197,7 +199,15 @@ pub fn gather(root: i32, dir: &Path, secrets: &[String]) -> Evidence {
     let eu = eu_stack();
     // at most 8 tool runs at once: a stalled 8-GPU server is captured in about the time of one
     let mut procs = Vec::new();
-    for chunk in pids.chunks(8) {
+    for (i, chunk) in pids.chunks(8).enumerate() {
+        if t0.elapsed() >= TOTAL_DEADLINE {
+            notes.push(format!(
+                "capture stopped after {} s: {} process(es) left out",
+                TOTAL_DEADLINE.as_secs(),
+                pids.len() - i * 8
+            ));
+            break;
+        }
         let hs: Vec<_> = chunk
             .iter()
             .map(|&pid| {

@@ -202,8 +202,27 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// One line per process, for the verdict ("pid 42 `sglang::scheduler_TP3`: `capture` in …").
+    /// One line per place, for the verdict: processes at the same place share a line, in the order of
+    /// their first process ("pid 42 `sglang::scheduler_TP3`: `capture` in …", "pids 43, 44, 45
+    /// (`sglang::scheduler_TP0` and 2 more): `all_reduce` in …"): eight ranks in one collective are one line.
     pub fn lines(&self) -> Vec<String> {
-        self.procs.iter().map(|p| format!("pid {} `{}`: {}", p.pid, crate::tree::short_title(&p.title), p.at)).collect()
+        let mut groups: Vec<(&str, Vec<&ProcEvidence>)> = Vec::new();
+        for p in &self.procs {
+            match groups.iter_mut().find(|(at, _)| *at == p.at) {
+                Some((_, v)) => v.push(p),
+                None => groups.push((p.at.as_str(), vec![p])),
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(at, v)| {
+                let first = crate::tree::short_title(&v[0].title);
+                if v.len() == 1 {
+                    return format!("pid {} `{first}`: {at}", v[0].pid);
+                }
+                let pids: Vec<String> = v.iter().map(|p| p.pid.to_string()).collect();
+                format!("pids {} (`{first}` and {} more): {at}", pids.join(", "), v.len() - 1)
+            })
+            .collect()
     }
 }

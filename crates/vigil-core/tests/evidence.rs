@@ -56,3 +56,38 @@ fn without_python_the_native_frames_tell_and_without_both_the_wait_channel() {
     assert_eq!(summarize(1, &[], &[], Some("pipe_read")), "kernel wait `pipe_read`");
     assert_eq!(summarize(1, &[], &[], Some("0")), "no stack (see the notes)");
 }
+
+#[test]
+fn processes_at_the_same_place_share_a_line() {
+    use vigil_core::evidence::{Evidence, ProcEvidence};
+    let p = |pid: i32, title: &str, at: &str| ProcEvidence {
+        pid,
+        title: title.into(),
+        state: Some('S'),
+        wchan: None,
+        at: at.into(),
+        files: vec![],
+        notes: vec![],
+    };
+    let ev = Evidence {
+        dir: "/x".into(),
+        procs: vec![
+            p(10, "VLLM::EngineCore", "`run_busy_loop` in core.py:100"),
+            p(11, "VLLM::Worker_TP0", "`all_reduce` in parallel_state.py:400"),
+            p(12, "VLLM::Worker_TP1", "`capture` in cuda_graph.py:9"),
+            p(13, "VLLM::Worker_TP2", "`all_reduce` in parallel_state.py:400"),
+            p(14, "VLLM::Worker_TP3", "`all_reduce` in parallel_state.py:400"),
+        ],
+        nccl_dumps: vec![],
+        notes: vec![],
+        took_ms: 1,
+    };
+    assert_eq!(
+        ev.lines(),
+        vec![
+            "pid 10 `VLLM::EngineCore`: `run_busy_loop` in core.py:100",
+            "pids 11, 13, 14 (`VLLM::Worker_TP0` and 2 more): `all_reduce` in parallel_state.py:400",
+            "pid 12 `VLLM::Worker_TP1`: `capture` in cuda_graph.py:9",
+        ]
+    );
+}

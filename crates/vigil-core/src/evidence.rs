@@ -114,6 +114,35 @@ fn plumbing(f: &Frame) -> bool {
         )
 }
 
+/// Native frames that only wait on behalf of their caller: the C library's and the kernel interface's
+/// (`__futex_abstimed_wait_common`, `pthread_cond_clockwait@GLIBC_2.30`, `clock_nanosleep`, `epoll_wait`).
+fn native_plumbing(f: &str) -> bool {
+    let name = f.split('@').next().unwrap_or(f);
+    f.contains("@GLIBC")
+        || name.starts_with("__")
+        || name.starts_with("pthread_")
+        || name.starts_with("sem_")
+        || matches!(
+            name,
+            "clock_nanosleep"
+                | "nanosleep"
+                | "epoll_wait"
+                | "poll"
+                | "ppoll"
+                | "select"
+                | "read"
+                | "write"
+                | "syscall"
+                | "futex_wait"
+                | "do_futex_wait"
+                | "wait4"
+                | "waitpid"
+                | "accept"
+                | "recv"
+                | "recvfrom"
+        )
+}
+
 fn base(file: &Option<String>) -> String {
     file.as_deref().map(|f| f.rsplit('/').next().unwrap_or(f).to_string()).unwrap_or_default()
 }
@@ -151,9 +180,13 @@ pub fn summarize(pid: i32, python: &[Thread], native: &[Thread], wchan: Option<&
     }
     if s.is_empty() {
         if let Some(t) = main_thread(native, pid) {
-            let named: Vec<&str> = t.frames.iter().map(|f| f.func.as_str()).filter(|f| *f != "??").take(3).collect();
-            if !named.is_empty() {
-                s = format!("native `{}`", named.join("` ← `"));
+            let named: Vec<&str> = t.frames.iter().map(|f| f.func.as_str()).filter(|f| *f != "??").collect();
+            let meaningful = named.iter().find(|f| !native_plumbing(f)).or(named.first());
+            if let Some(m) = meaningful {
+                s = format!("native `{m}`");
+                if let Some(inner) = named.first().filter(|f| *f != m) {
+                    s.push_str(&format!(" → `{inner}`"));
+                }
             }
         }
     }

@@ -52,7 +52,7 @@ fn stdlib_plumbing_is_skipped_for_the_first_caller_outside_it() {
 #[test]
 fn without_python_the_native_frames_tell_and_without_both_the_wait_channel() {
     let s = summarize(PID, &[], &parse_eu_stack(EU), Some("hrtimer_nanosleep"));
-    assert!(s.starts_with("native `clock_nanosleep"), "{s}");
+    assert_eq!(s, "native `time_sleep` → `clock_nanosleep@GLIBC_2.2.5` (kernel wait `hrtimer_nanosleep`)");
     assert_eq!(summarize(1, &[], &[], Some("pipe_read")), "kernel wait `pipe_read`");
     assert_eq!(summarize(1, &[], &[], Some("0")), "no stack (see the notes)");
 }
@@ -89,5 +89,17 @@ fn processes_at_the_same_place_share_a_line() {
             "pids 11, 13, 14 (`VLLM::Worker_TP0` and 2 more): `all_reduce` in parallel_state.py:400",
             "pid 12 `VLLM::Worker_TP1`: `capture` in cuda_graph.py:9",
         ]
+    );
+}
+
+#[test]
+fn native_plumbing_is_skipped_for_the_first_caller_outside_it() {
+    // the real llama-server's main thread waiting for work (eu-stack, elfutils 0.188)
+    let text = "PID 7 - process\nTID 7:\n#0  0x00007f1 __futex_abstimed_wait_common\n#1  0x00007f2 pthread_cond_clockwait@GLIBC_2.30\n\
+                #2  0x00007f3 server_queue::start_loop(long)\n#3  0x00007f4 main\n";
+    let s = summarize(7, &[], &parse_eu_stack(text), Some("futex_do_wait"));
+    assert_eq!(
+        s,
+        "native `server_queue::start_loop(long)` → `__futex_abstimed_wait_common` (kernel wait `futex_do_wait`)"
     );
 }

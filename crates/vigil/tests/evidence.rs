@@ -54,8 +54,13 @@ fn profile_dir(d: &TempDir) -> PathBuf {
 }
 
 fn start_standin(py: &Path, d: &TempDir, port: u16, ready: bool, log: &Path) -> Guard {
+    start_standin_env(py, d, port, ready, log, &[])
+}
+
+fn start_standin_env(py: &Path, d: &TempDir, port: u16, ready: bool, log: &Path, env: &[(&str, String)]) -> Guard {
     let f = std::fs::File::create(log).unwrap();
     let mut c = Command::new(py);
+    c.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     c.arg(standin_script(d)).args(["--port", &port.to_string(), "--dir", d.0.to_str().unwrap()]);
     if ready {
         c.arg("--ready");
@@ -161,7 +166,12 @@ fn e2e_stalled_standin_evidence_names_the_function_of_every_process() {
     let d = TempDir::new("evid");
     let port = free_port();
     let log = d.path("server.log");
-    let server = start_standin(&py, &d, port, false, &log);
+    // PyTorch's NCCL flight recorder, enabled in the server's environment; a rank's dump is there (as
+    // ProcessGroupNCCL writes it when its watchdog fires)
+    let prefix = d.path("nccl_trace_rank_").display().to_string();
+    std::fs::write(format!("{prefix}0"), b"flight recorder entries of rank 0").unwrap();
+    let env = [("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000".to_string()), ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix)];
+    let server = start_standin_env(&py, &d, port, false, &log, &env);
     let engine = read_pid(&d.path("engine.pid"));
     let mut c = vigil();
     c.env("VIGIL_PY_SPY", &spy).env("VIGIL_STATE_DIR", d.path("state"));
@@ -192,6 +202,8 @@ fn e2e_stalled_standin_evidence_names_the_function_of_every_process() {
     let raw = std::fs::read_to_string(dir.join(format!("pid-{engine}.py-spy.txt"))).unwrap();
     assert!(raw.contains("wedged_in_dist_init"));
     assert!(dir.join("evidence.json").is_file());
+    assert_eq!(ev["nccl_dumps"], serde_json::json!(["nccl-nccl_trace_rank_0"]), "{ev}");
+    assert_eq!(std::fs::read(dir.join("nccl-nccl_trace_rank_0")).unwrap(), b"flight recorder entries of rank 0");
 }
 
 /// The real llama-server stalled opening its model (a FIFO, as on slow storage): its evidence has the

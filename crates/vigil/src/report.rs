@@ -173,7 +173,7 @@ impl Reporter {
             }
             (_, Event::Evidence(e)) => {
                 let s = format!(
-                    "[{:>7}] evidence of {} processes in {} ({}):",
+                    "[{:>7}] evidence of {} process(es) in {} ({}):",
                     fmt_t(t_ms),
                     e.procs.len(),
                     e.dir,

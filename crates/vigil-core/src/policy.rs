@@ -53,4 +53,7 @@ pub struct StallAction {
     pub port: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port_free: Option<bool>,
+    /// Whether the GPU memory the tree held was released (absent: no GPU reading, or the tree held none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_released: Option<bool>,
 }

@@ -37,7 +37,14 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
     if pids.is_empty() {
         return; // nothing lingers
     }
-    let mut act = StallAction { action: policy, pids: pids.clone(), survivors: vec![], port, port_free: None };
+    let mut act = StallAction {
+        action: policy,
+        pids: pids.clone(),
+        survivors: vec![],
+        port,
+        port_free: None,
+        gpu_released: None,
+    };
     match policy {
         OnStall::Keep => {
             let how = match run_dir.and_then(|d| d.file_name()).and_then(|n| n.to_str()) {
@@ -50,8 +57,20 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
             act.survivors = match (run_dir, state) {
                 (Some(d), Some(st)) => crate::up::stop_run(d, &st, grace, rep).unwrap_or(pids.clone()),
                 _ => {
+                    // not a run of ours (stop_run proves a run's GPU release itself): prove it here
+                    let before = crate::gpu::before_stop(pid, &pids).filter(|b| b.held.total_mib > 0);
                     let s = crate::procs::stop_tree(pid, true, grace, &mut |_, _| {});
-                    s.survivors.iter().map(|p| p.pid).collect()
+                    let mut left: Vec<i32> = s.survivors.iter().map(|p| p.pid).collect();
+                    if let Some(b) = before {
+                        let holders = crate::gpu::wait_released(&b, Duration::from_secs(30));
+                        act.gpu_released = Some(holders.is_empty());
+                        for h in holders {
+                            if !left.contains(&h.pid) {
+                                left.push(h.pid);
+                            }
+                        }
+                    }
+                    left
                 }
             };
             if let Some(p) = port {

@@ -339,3 +339,28 @@ fn e2e_watch_reads_the_real_llama_servers_metrics_counters() {
     wait_bounded(&mut child, T);
     assert!(rest.iter().all(|v| v["verdict"] != "unhealthy"), "an idle server is not stuck: {rest:?}");
 }
+
+/// `wait --on-stall stop` on a server vigil did not start (the stand-in's parent and its engine child):
+/// after the evidence, the whole tree is stopped and the port proven free.
+#[test]
+fn e2e_wait_on_stall_stop_stops_an_attached_tree() {
+    let Some(py) = python() else { return };
+    let d = TempDir::new("waitstop");
+    let port = free_port();
+    let log = d.path("server.log");
+    let server = start_standin(&py, &d, port, false, &log);
+    let engine = read_pid(&d.path("engine.pid"));
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", d.path("state"));
+    c.args(["wait", "--json", "--stall", "2s", "--on-stall", "stop", "--pid", &server.pid().to_string()]);
+    c.args(["--url", &format!("http://127.0.0.1:{port}/health")]).arg("--log").arg(&log);
+    let o = run_bounded(c, T);
+    let lines = json_lines(&o);
+    assert_eq!(verdict(&lines)["verdict"], "stalled", "{lines:?}");
+    let act = lines.iter().find(|v| v["event"] == "on_stall").expect("on_stall event");
+    assert_eq!(act["action"], "stop", "{act}");
+    assert!(act.get("survivors").is_none(), "{act}");
+    assert_eq!(act["port_free"], true, "{act}");
+    assert!(!pid_alive(engine), "the engine child is left");
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+}

@@ -23,6 +23,8 @@ command -v objdump >/dev/null 2>&1 || need+=(binutils)
 [ -x /usr/bin/openssl ] || need+=(openssl)
 [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ] || need+=(prometheus)
 [ -x /usr/bin/systemd-analyze ] || need+=(systemd)
+# Evidence at a stall (issue #17): native stacks with eu-stack from Debian's elfutils.
+[ -x /usr/bin/eu-stack ] || need+=(elfutils)
 command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
@@ -50,6 +52,18 @@ if [ ! -f "$KV_VENV/.done" ]; then
   "$KV_VENV/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$KV_VERSION" >&2
   touch "$KV_VENV/.done"
 fi
+# py-spy (PyPI) for the evidence tests' Python stacks, in a cached venv keyed by its version.
+PY_SPY_VERSION=0.4.3
+PY_SPY_VENV=${VIGIL_CACHE:-$HOME/.cache/vigil}/venv-py-spy-$PY_SPY_VERSION
+if [ ! -f "$PY_SPY_VENV/.done" ]; then
+  echo "== py-spy $PY_SPY_VERSION into $PY_SPY_VENV"
+  rm -rf "$PY_SPY_VENV"
+  python3 -m venv "$PY_SPY_VENV"
+  "$PY_SPY_VENV/bin/pip" install -q --disable-pip-version-check "py-spy==$PY_SPY_VERSION" >&2
+  touch "$PY_SPY_VENV/.done"
+fi
+export VIGIL_PY_SPY=$PY_SPY_VENV/bin/py-spy
+
 echo "== kubernetes-validate --strict on the manifest of docs/kubernetes.md"
 scripts/k8s-manifest.sh "$KV_VENV/bin/kubernetes-validate"
 
@@ -86,21 +100,22 @@ if [ "$(id -u)" = 0 ]; then
   U=vigil-ci
   id "$U" >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/$U --shell /bin/sh "$U"
   W=$(mktemp -d /tmp/vigil-unpriv.XXXXXX)
-  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --no-run --message-format=json 2>/dev/null \
+  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --test evidence --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls") and m.get("executable"): print(m["target"]["name"], m["executable"])')
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls","evidence") and m.get("executable"): print(m["target"]["name"], m["executable"])')
   mkdir -p "$W/models" "$W/home"
   cp target/debug/vigil "$W/vigil"; cp "$VIGIL_LLAMA_SERVER" "$W/llama-server"
   cp "$VIGIL_MODELS"/*.gguf "$W/models/"
+  cp "$VIGIL_PY_SPY" "$W/py-spy"
   echo "$BINS" | while read -r t exe; do cp "$exe" "$W/$t"; done
   chmod -R a+rX "$W"; chown -R "$U" "$W"
   n=0
-  for t in e2e supervise proof hostile remote tls; do
+  for t in e2e supervise proof hostile remote tls evidence; do
     echo "== end-to-end tests ($t) as unprivileged user $U"
     runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/var/lib/$U" CI="${CI:-}" TMPDIR="$W" \
-      VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" \
+      VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" VIGIL_PY_SPY="$W/py-spy" \
       "$W/$t" --test-threads 2 2>&1 | tee "$LOG"
     grep -qE '^test result: ok\.' "$LOG" || { echo "unprivileged end-to-end tests ($t) failed"; exit 1; }
     n=$((n + $(grep -cE '^test e2e_.* ok$' "$LOG" || true)))

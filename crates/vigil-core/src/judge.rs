@@ -4,6 +4,7 @@
 
 use crate::classify::Line;
 use crate::profile::RuleKind;
+use crate::tree::EngineDeath;
 use crate::types::{Cause, Phase, Verdict};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -31,6 +32,9 @@ pub struct JudgeConfig {
     pub quiet_ms: u64,
     /// After ready: probes failing for this long give `unhealthy` (watch mode). None: never.
     pub unhealthy_after_ms: Option<u64>,
+    /// After ready: requests waiting or running with the server's token counters still this long give
+    /// `unhealthy` (from its own metrics). None: metrics are not judged.
+    pub metrics_window_ms: Option<u64>,
 }
 
 impl Default for JudgeConfig {
@@ -44,6 +48,7 @@ impl Default for JudgeConfig {
             timeout_ms: None,
             quiet_ms: 1500,
             unhealthy_after_ms: None,
+            metrics_window_ms: None,
         }
     }
 }
@@ -137,6 +142,12 @@ pub enum Input {
     Gpu(GpuFact),
     Probe(ProbeOutcome),
     Exit(ExitInfo),
+    /// An engine process of the server's tree died while the server process lives (see `tree`).
+    EngineDied(EngineDeath),
+    /// A reading of the server's own metrics (after ready).
+    Metrics(crate::engine_metrics::MetricsSample),
+    /// NVML reported a critical Xid or an uncorrectable ECC error on a GPU: every later verdict names it.
+    GpuEvent(crate::gpu_health::GpuEvent),
     /// Time passes.
     Tick,
     /// Offline: the text ended.
@@ -207,6 +218,21 @@ pub enum Event {
     },
     /// The log says the HTTP server is up, or the ready marker appeared while a probe must confirm it: probe now.
     ProbeNow { reason: String },
+    /// A GPU event (Xid, uncorrectable ECC) during the watch; later verdicts name it in their detail.
+    GpuEvent(crate::gpu_health::GpuEvent),
+    /// A changed reading of the server's own metrics (after ready): told by the reader, judged by the judge.
+    EngineMetrics(crate::engine_metrics::MetricsSample),
+    /// What `--on-stall` did with a stuck server (kept it, or stopped it with proof): told by the binary.
+    OnStall(crate::policy::StallAction),
+    /// Where every process of the server's tree was at a verdict (or on request): told by the capture,
+    /// not the judge.
+    Evidence(Box<crate::evidence::Evidence>),
+    /// An engine process of the server's tree was recognised (by title or GPU memory): its death while
+    /// the server lives will be a verdict. Told by the tree watch, not the judge.
+    Engine(crate::tree::EngineSeen),
+    /// An engine process of the server's tree died while the server process lives (the verdict follows
+    /// after the quiet period, unless the log or the server's exit names a better cause first).
+    EngineDied(EngineDeath),
     /// A terminal or state-changing verdict.
     Verdict(Box<Report>),
 }
@@ -308,6 +334,11 @@ pub struct Judge {
     gpu: Option<GpuFact>,
     last_line_at: Option<u64>,
     last_probe_ok: Option<bool>,
+    /// An engine death waiting for the log to catch up (its last lines may name a better cause).
+    engine_death: Option<(EngineDeath, u64)>,
+    metrics: crate::engine_metrics::MetricsWatch,
+    /// GPU events seen, with their time (ms from the origin), at most 16.
+    gpu_events: Vec<(crate::gpu_health::GpuEvent, u64)>,
 }
 
 impl Judge {
@@ -335,6 +366,9 @@ impl Judge {
             gpu: None,
             last_line_at: None,
             last_probe_ok: None,
+            engine_death: None,
+            metrics: Default::default(),
+            gpu_events: vec![],
         }
     }
 
@@ -438,6 +472,21 @@ impl Judge {
             }
             Input::Probe(p) => self.on_probe(p, &mut ev),
             Input::Exit(x) => self.on_exit(x, &mut ev),
+            Input::EngineDied(d) => {
+                let open = matches!(self.state, Verdict::Starting | Verdict::Ready | Verdict::Unhealthy);
+                if open && !self.shutdown && self.engine_death.is_none() {
+                    ev.push(Event::EngineDied(d.clone()));
+                    self.engine_death = Some((d, self.now));
+                }
+            }
+            Input::Metrics(s) => self.on_metrics(s, &mut ev),
+            Input::GpuEvent(g) => {
+                if self.gpu_events.len() < 16 {
+                    let at = self.rel(Some(self.now)).unwrap_or(self.now);
+                    self.gpu_events.push((g.clone(), at));
+                }
+                ev.push(Event::GpuEvent(g));
+            }
             Input::Tick => {}
             Input::Eof => self.on_eof(&mut ev),
         }
@@ -675,7 +724,7 @@ impl Judge {
                 b.cause = Some(c);
             }
         }
-        let detail = x.describe();
+        let detail = x.describe() + &self.engine_note();
         self.crash_detail(b, Some(detail), ev);
     }
 
@@ -697,7 +746,77 @@ impl Judge {
     }
 
     fn crash(&mut self, b: Block, ev: &mut Vec<Event>) {
-        self.crash_detail(b, None, ev);
+        let note = self.engine_note();
+        let detail = (!note.is_empty()).then(|| note.trim_start_matches("; ").to_string());
+        self.crash_detail(b, detail, ev);
+    }
+
+    /// "; engine process `x` (pid n) died at 12.0s" when an engine death is known, else empty.
+    fn engine_note(&self) -> String {
+        match &self.engine_death {
+            Some((d, at)) => format!("; {} died at {}", d.describe(), fmt_ms(self.rel(Some(*at)).unwrap_or(*at))),
+            None => String::new(),
+        }
+    }
+
+    /// After ready, the server's own counters: requests waiting or running with no token counted for the
+    /// window is a stuck engine (`unhealthy`), without a generation probe.
+    fn on_metrics(&mut self, s: crate::engine_metrics::MetricsSample, ev: &mut Vec<Event>) {
+        let Some(window) = self.cfg.metrics_window_ms else { return };
+        if self.state != Verdict::Ready {
+            return;
+        }
+        if let Some(st) = self.metrics.observe(self.now, &s, window) {
+            self.state = Verdict::Unhealthy;
+            let d = format!(
+                "the server's metrics: {} request(s) waiting, {} running, token counters still at {} for {} (window {})",
+                st.waiting,
+                st.running,
+                st.tokens,
+                fmt_ms(st.still_ms),
+                fmt_ms(window)
+            );
+            let hint = "the engine stopped generating while requests wait: a hung forward pass or collective; the evidence shows where each process is".to_string();
+            let r = self.make_report(Verdict::Unhealthy, Phase::Serving, None, Some(hint), Some(d), vec![]);
+            self.emit(r, ev);
+        }
+    }
+
+    /// An engine died and the log named nothing better within the quiet period: before ready the start
+    /// failed (`crashed`), after ready the server answers without an engine (`unhealthy`); both `engine_dead`.
+    fn judge_engine_death(&mut self, ev: &mut Vec<Event>) {
+        let Some((d, at)) = self.engine_death.clone() else { return };
+        if self.now.saturating_sub(at) < self.cfg.quiet_ms || self.shutdown {
+            return;
+        }
+        let detail = format!("{} died while the server process lives", d.describe());
+        match self.state {
+            Verdict::Starting => {
+                let mut b = self.block.take().unwrap_or_default();
+                if b.cause.is_none() {
+                    b.cause = Some(Cause::EngineDead);
+                    b.hint = None;
+                }
+                self.crash_detail(b, Some(detail), ev);
+            }
+            Verdict::Ready | Verdict::Unhealthy => {
+                self.state = Verdict::Unhealthy;
+                let lines = self.block.take().map(|b| b.lines()).unwrap_or_default();
+                let hint = hint_for(Cause::EngineDead, Phase::Serving).to_string();
+                let r = self.make_report(
+                    Verdict::Unhealthy,
+                    Phase::Serving,
+                    Some(Cause::EngineDead),
+                    Some(hint),
+                    Some(detail),
+                    lines,
+                );
+                self.emit(r, ev);
+                // said once
+                self.engine_death = None;
+            }
+            _ => {}
+        }
     }
 
     fn crash_detail(&mut self, b: Block, detail: Option<String>, ev: &mut Vec<Event>) {
@@ -724,6 +843,12 @@ impl Judge {
                 return;
             }
         }
+        if self.engine_death.is_some() {
+            self.judge_engine_death(ev);
+            if self.state.is_terminal() || self.state == Verdict::Unhealthy {
+                return;
+            }
+        }
         if self.state == Verdict::Ready {
             if let (Some(limit), Some(since)) = (self.cfg.unhealthy_after_ms, self.probe_fail_since) {
                 let failing = self.now.saturating_sub(since);
@@ -734,7 +859,7 @@ impl Judge {
                         fmt_ms(failing),
                         fmt_ms(limit)
                     );
-                    let hint = "the process lives but does not answer: a hung engine or a stopped process; check it with py-spy or restart it".to_string();
+                    let hint = "the process lives but does not answer: a hung engine or a stopped process; the evidence shows where each process is (`vigil dump NAME` takes it again), or restart it".to_string();
                     let r = self.make_report(Verdict::Unhealthy, Phase::Serving, None, Some(hint), Some(d), vec![]);
                     self.emit(r, ev);
                 }
@@ -821,6 +946,19 @@ impl Judge {
             };
             timeline.push(TimelineEntry { phase: *p, at_ms: *at, duration_ms });
         }
+        // a GPU that reported an Xid or an uncorrectable ECC error is named in every verdict but ready
+        let detail = match (verdict, self.gpu_events.is_empty()) {
+            (Verdict::Ready, _) | (_, true) => detail,
+            _ => {
+                let g: Vec<String> =
+                    self.gpu_events.iter().map(|(e, at)| format!("{} at {}", e.describe(), fmt_ms(*at))).collect();
+                let g = format!("GPU events: {}", g.join(", "));
+                Some(match detail {
+                    Some(d) => format!("{d}; {g}"),
+                    None => g,
+                })
+            }
+        };
         Report {
             verdict,
             phase,
@@ -890,7 +1028,7 @@ fn stall_hint(p: Phase) -> &'static str {
     match p {
         Phase::DistInit => "stuck in distributed init: a rank or node did not join (NCCL/TCP store); check every node is up and NCCL_SOCKET_IFNAME",
         Phase::Weights | Phase::DraftWeights => "weight loading stopped progressing: check the filesystem (network storage?) and host memory",
-        Phase::CudaGraphs | Phase::DraftCudaGraphs => "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory flat; py-spy dump the scheduler, or try --disable-cuda-graph to confirm",
+        Phase::CudaGraphs | Phase::DraftCudaGraphs => "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or try --disable-cuda-graph to confirm",
         Phase::Compile => "torch.compile is silent for long stretches: raise --stall compile=DUR if this is a cold cache",
         _ => "the server stopped making progress: the last lines show where it was",
     }

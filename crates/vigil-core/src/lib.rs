@@ -2,17 +2,23 @@
 //! machine and the verdict types. No tokio, no printing, no clock reads: time comes in with each fact.
 
 pub mod classify;
+pub mod engine_metrics;
+pub mod evidence;
 pub mod fleet;
+pub mod gpu_health;
 pub mod judge;
 pub mod outcome;
+pub mod policy;
 pub mod profile;
 pub mod proof;
 pub mod time;
+pub mod tree;
 pub mod types;
 
 pub use classify::{Classifier, Line};
 pub use judge::{Event, ExitInfo, Fact, GpuFact, Input, Judge, JudgeConfig, ProbeOutcome, Report};
 pub use profile::{Profile, Profiles};
+pub use tree::{EngineDeath, ProcSample, TreeSample, TreeWatch};
 pub use types::{Cause, Phase, Verdict};
 
 /// The value of `--flag V` or `--flag=V` in an argument list.

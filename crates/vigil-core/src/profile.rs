@@ -114,6 +114,28 @@ pub struct ServerSpec {
     pub stall_secs: Option<BTreeMap<String, u64>>,
     /// Process-title and command-line regexes of this server's processes (`vigil ps`).
     pub ps: Option<Vec<String>>,
+    /// Regexes on a process's title (`/proc/PID/cmdline`, which `setproctitle` rewrites) that name
+    /// an engine process of the server's tree: its death while the server lives is `engine_dead`.
+    pub engine_titles: Option<Vec<String>>,
+    /// The server's own Prometheus metrics that show engine progress (read after ready).
+    pub metrics: Option<MetricsSpec>,
+}
+
+/// Prometheus metric names that show whether the engine makes progress.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// Path of the metrics page (default `/metrics`).
+    pub path: Option<String>,
+    /// Gauge: requests waiting in the queue.
+    pub waiting: Option<String>,
+    /// Gauge: requests being processed.
+    pub running: Option<String>,
+    /// Counters that grow while tokens are generated or prompts processed (any growth is progress).
+    #[serde(default)]
+    pub tokens: Vec<String>,
+    /// Where the names come from.
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Clone)]
@@ -276,6 +298,9 @@ pub struct Profile {
     pub ps: Vec<Regex>,
     pub proof: Option<ProofSpec>,
     pub cmd: CmdSpec,
+    /// Process titles of the server's engine processes (see [`ServerSpec::engine_titles`]).
+    pub engine_titles: Vec<Regex>,
+    pub metrics: Option<MetricsSpec>,
     pub prefixes: Vec<Prefix>,
     pub rules: Vec<Rule>,
     /// All rule patterns in one set: one pass finds the first matching rule. Byte-oriented and ASCII-only
@@ -334,6 +359,8 @@ impl Profile {
             ps: vec![],
             proof: None,
             cmd: CmdSpec::default(),
+            engine_titles: vec![],
+            metrics: None,
             prefixes: vec![],
             rules: vec![],
             rule_set: std::sync::OnceLock::new(),
@@ -410,6 +437,17 @@ impl Profile {
             self.cmd.dummy_health_min = c.dummy_health_min;
         }
         self.cmd.hf_config |= c.hf_config;
+        if let Some(v) = &s.engine_titles {
+            self.engine_titles = v.iter().map(|p| re(origin, "engine_titles", p)).collect::<Result<_, _>>()?;
+        }
+        if let Some(m) = &s.metrics {
+            if m.waiting.is_none() && m.running.is_none() || m.tokens.is_empty() {
+                return Err(ProfileError(format!(
+                    "{origin}: metrics: needs `tokens` and at least one of `waiting`, `running`"
+                )));
+            }
+            self.metrics = Some(m.clone());
+        }
         let mut prefixes = Vec::new();
         for p in &f.prefix {
             let time = match &p.time {

@@ -1080,6 +1080,8 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
         }
         Err(why) => rep.add(Severity::Info, "gpus", why, None),
     }
+    // issue #17: Xid-prone hardware shows in NVML before a launch: ECC, remaps, PCIe, NVLink, P2P (warnings)
+    crate::gpu_health::check(env_get(inp.env, "CUDA_VISIBLE_DEVICES"), gpus_needed, smi.is_some(), rep);
     if gpus_needed > 1 {
         if let Some(b) = shm_bytes() {
             if b < 1 << 30 {

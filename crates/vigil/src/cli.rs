@@ -224,6 +224,19 @@ pub(crate) enum Cmd {
         #[arg(long, help_heading = help::OUTPUT)]
         json: bool,
     },
+    /// Where every process of a server is now: Python stacks (py-spy), native stacks (eu-stack), kernel
+    /// wait channels, NCCL flight-recorder dumps; saved in the run's folder.
+    #[command(after_long_help = help::DUMP)]
+    Dump {
+        /// A run started with `vigil up` (see `vigil status`).
+        name: Option<String>,
+        /// A server process vigil did not start (its whole tree is captured).
+        #[arg(long, value_name = "PID", conflicts_with = "name")]
+        pid: Option<i32>,
+        /// One JSON `evidence` event on stdout (schema: docs/events.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// A run's log (secrets redacted).
     #[command(after_long_help = help::LOGS)]
     Logs {
@@ -373,6 +386,15 @@ pub(crate) struct ProofFlags {
     /// Health probe timeout while watching (default from the profile).
     #[arg(long = "watch-probe-timeout", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
     pub(crate) watch_probe_timeout: Option<std::time::Duration>,
+    /// A stalled server (or a crashed one whose processes linger, or one whose engine died): after its
+    /// evidence is saved, `stop` its process tree and prove the port and GPU memory free, or `keep` it.
+    /// Default: stop for `up` (a server vigil launched; keep with --keep), keep for `wait`.
+    #[arg(long, value_name = "keep|stop", value_parser = parse_on_stall, help_heading = help::SUPERVISION)]
+    pub(crate) on_stall: Option<vigil_core::policy::OnStall>,
+}
+
+fn parse_on_stall(s: &str) -> Result<vigil_core::policy::OnStall, String> {
+    vigil_core::policy::OnStall::parse(s).ok_or_else(|| format!("'{s}': say keep or stop"))
 }
 
 #[derive(clap::Args)]

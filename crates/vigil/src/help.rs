@@ -147,6 +147,17 @@ Examples:
   # a run on a remote node
   vigil --host gpu7 logs sglang -f";
 
+pub const DUMP: &str = "\
+Examples:
+  # where every process of the run is now (saved in the run's folder)
+  vigil dump kimi
+  # a server vigil did not start, as JSON
+  vigil dump --pid 4242 --json
+
+Python stacks need py-spy (pip install py-spy; found on PATH, beside the server's interpreter, or
+$VIGIL_PY_SPY), native stacks eu-stack (apt-get install elfutils); wait channels are always read.
+See docs/evidence.md.";
+
 pub const RESTART: &str = "\
 Examples:
   vigil restart kimi

@@ -5,12 +5,15 @@ use check::fit;
 mod cli;
 mod commands;
 mod diagnose;
+mod engine_metrics;
 mod error;
 mod events;
+mod evidence;
 mod exit;
 mod follow;
 mod gguf;
 mod gpu;
+mod gpu_health;
 mod help;
 mod hosts;
 mod keeper;
@@ -19,10 +22,12 @@ mod lines;
 mod metrics;
 mod node;
 mod notify;
+mod policy;
 mod probe;
 mod procs;
 mod proof;
 mod remote;
+mod remote_evidence;
 mod report;
 mod run;
 mod settings;
@@ -30,6 +35,7 @@ mod signals;
 use signals::install_interrupt_handlers;
 mod tables;
 mod tls;
+mod tree;
 mod up;
 mod wait;
 
@@ -127,6 +133,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Cmd::Status { json } => block_on(commands::status(&Nodes::Local, json, &profiles))?,
         Cmd::Logs { name, follow, lines } => block_on(commands::logs(&Nodes::Local, name, follow, lines))?,
+        Cmd::Dump { name, pid, json } => evidence::dump(name, pid, json),
         Cmd::Ps { json } => block_on(commands::ps(&Nodes::Local, json, &profiles))?,
         Cmd::Gpu { json } => {
             let reader = match gpu::Reader::open() {
@@ -199,6 +206,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
         Cmd::Status { json } => rt.block_on(commands::status(&Nodes::Remote(hs), json, &profiles)),
         Cmd::Logs { name, follow, lines } => rt.block_on(commands::logs(&Nodes::Remote(hs), name, follow, lines)),
         Cmd::Ps { json } => rt.block_on(commands::ps(&Nodes::Remote(hs), json, &profiles)),
+        Cmd::Dump { name: Some(name), pid: None, json } => rt.block_on(remote_evidence::dump(hs, name, json)),
         Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
             if let Some(b) = gpu_mem {

@@ -218,7 +218,64 @@ impl Reporter {
                 }
                 self.print(&s);
             }
-            (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) => {}
+            (_, Event::OnStall(s)) => {
+                let what = match (s.action, s.survivors.is_empty()) {
+                    (vigil_core::policy::OnStall::Keep, _) => {
+                        format!("--on-stall keep: {} process(es) left running", s.pids.len())
+                    }
+                    (_, true) => format!("--on-stall stop: {} process(es) stopped, none left", s.pids.len()),
+                    (_, false) => {
+                        format!("--on-stall stop: {} process(es) still alive: {:?}", s.survivors.len(), s.survivors)
+                    }
+                };
+                let port = match (s.port, s.port_free) {
+                    (Some(p), Some(true)) => format!("; port {p} free"),
+                    (Some(p), Some(false)) => format!("; port {p} still taken"),
+                    _ => String::new(),
+                };
+                self.print(&format!("[{:>7}] {what}{port}", fmt_t(t_ms)));
+            }
+            (_, Event::Evidence(e)) => {
+                let s = format!(
+                    "[{:>7}] evidence of {} process(es) in {} ({}):",
+                    fmt_t(t_ms),
+                    e.procs.len(),
+                    e.dir,
+                    fmt_ms(e.took_ms)
+                );
+                self.print(&s);
+                for l in e.lines() {
+                    self.print(&format!("            {l}"));
+                }
+                let mut notes: Vec<&String> = e.notes.iter().chain(e.procs.iter().flat_map(|p| &p.notes)).collect();
+                notes.sort();
+                notes.dedup();
+                for n in notes {
+                    self.print(&format!("            note: {n}"));
+                }
+            }
+            (_, Event::GpuEvent(g)) => {
+                let s = format!("[{:>7}] GPU event: {}", fmt_t(t_ms), g.describe());
+                self.print(&s);
+            }
+            (_, Event::Engine(e)) => {
+                let by = match e.by {
+                    vigil_core::tree::EngineBy::Title => "by its title",
+                    vigil_core::tree::EngineBy::Gpu => "it holds GPU memory",
+                };
+                let s = format!(
+                    "[{:>7}] engine process `{}` (pid {}): {by}",
+                    fmt_t(t_ms),
+                    vigil_core::tree::short_title(&e.title),
+                    e.pid
+                );
+                self.print(&s);
+            }
+            (_, Event::EngineDied(d)) => {
+                let s = format!("[{:>7}] {} died; the server process lives", fmt_t(t_ms), d.describe());
+                self.print(&s);
+            }
+            (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) | (_, Event::EngineMetrics(_)) => {}
         }
     }
 

@@ -55,6 +55,7 @@ impl ProofFlags {
         w.metrics = self.metrics;
         w.metrics_linger = self.metrics_linger;
         w.gpu_interval = self.gpu_interval;
+        w.on_stall = self.on_stall;
         if self.watch_probe_timeout.is_some() {
             w.probe_timeout = self.watch_probe_timeout;
         }

@@ -12,6 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use vigil_core::judge::fmt_ms;
+use vigil_core::policy::OnStall;
 use vigil_core::{Profiles, Verdict};
 
 pub struct UpArgs {
@@ -278,6 +279,9 @@ pub async fn launch(
     w.stall = a.stall.clone();
     w.json = a.json;
     w.quiet = a.quiet;
+    // issue #17: a server vigil launched is stopped when stuck, unless --keep or --on-stall keep
+    w.on_stall = Some(w.on_stall.unwrap_or(if a.keep { OnStall::Keep } else { OnStall::Stop }));
+    w.stop_grace = a.grace;
     w.attach_run(&dir, &rec, profiles, !a.no_probe);
     Ok(Ok(w))
 }

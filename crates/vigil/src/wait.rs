@@ -80,6 +80,10 @@ pub struct Args {
     pub phase_tx: Option<mpsc::UnboundedSender<(usize, Phase)>>,
     /// Where interrupts come from (the process's signals; none in tests).
     pub interrupts: crate::signals::Interrupts,
+    /// issue #17: what to do with a stuck server after its evidence is saved (None: keep).
+    pub on_stall: Option<vigil_core::policy::OnStall>,
+    /// Grace between SIGTERM and SIGKILL when `on_stall` stops the server.
+    pub stop_grace: Duration,
 }
 
 impl Args {
@@ -118,6 +122,8 @@ impl Args {
             tag: None,
             phase_tx: None,
             interrupts: crate::signals::Interrupts::default(),
+            on_stall: None,
+            stop_grace: Duration::from_secs(10),
         }
     }
 }
@@ -298,6 +304,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         stall_default_ms: stall_all,
         timeout_ms: Some(a.timeout.as_millis() as u64),
         unhealthy_after_ms: a.watch.then_some(a.unhealthy_after.as_millis() as u64),
+        metrics_window_ms: a.watch.then_some(a.unhealthy_after.as_millis() as u64),
         ..JudgeConfig::default()
     };
     if let Some(p) = &forced {
@@ -407,6 +414,24 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         }
     }
     let mut last_gpu: Option<crate::gpu::Held> = None;
+    // issue #17: engine progress from the server's own metrics while watching (probes are the fallback)
+    let (emetrics_tx, mut emetrics_rx) = mpsc::unbounded_channel();
+    if let (true, Some(t), Some(spec)) = (a.watch, &target, forced.as_ref().and_then(|p| p.metrics.clone())) {
+        crate::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
+    }
+    let (mut emetrics_live, mut emetrics_last) = (false, None);
+    // issue #17: Xid and uncorrectable ECC events from NVML, named by the verdict (local servers)
+    let (gpu_ev_tx, mut gpu_ev_rx) = mpsc::unbounded_channel::<vigil_core::gpu_health::GpuEvent>();
+    if a.pid.is_some() {
+        crate::gpu_health::watch_events(gpu_ev_tx);
+    }
+    // issue #17: the process tree as a fact (an engine process dying while the server lives).
+    let (tree_tx, mut tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
+    let mut tree_watch =
+        vigil_core::TreeWatch::new(forced.as_ref().map(|p| p.engine_titles.clone()).unwrap_or_default());
+    if let Some(pid) = a.pid {
+        crate::tree::spawn(pid, Duration::from_secs(1), a.gpu_interval, tree_tx);
+    }
 
     if let (true, Some(p)) = (dummy_health, &forced) {
         let flag = p.cmd.dummy_health_flag.as_deref().unwrap_or_default();
@@ -594,6 +619,32 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 last_gpu = Some(h);
                 events = judge.feed(Fact { at: Some(ms()), input: Input::Gpu(fact) });
             }
+            Some(g) = gpu_ev_rx.recv() => {
+                // the server's GPUs: those its tree holds memory on (all, before a reading)
+                let ours = last_gpu.as_ref().is_none_or(|h| h.per_gpu.is_empty() || h.per_gpu.contains_key(&g.gpu));
+                if ours {
+                    events = judge.feed(Fact { at: Some(ms()), input: Input::GpuEvent(g) });
+                }
+            }
+            Some(m) = emetrics_rx.recv() => {
+                emetrics_live = m.is_some();
+                if let Some(s) = m {
+                    if emetrics_last.as_ref() != Some(&s) {
+                        emetrics_last = Some(s.clone());
+                        events.push(Event::EngineMetrics(s.clone()));
+                    }
+                    events.extend(judge.feed(Fact { at: Some(ms()), input: Input::Metrics(s) }));
+                }
+            }
+            Some(s) = tree_rx.recv() => {
+                if let Some(p) = server.as_deref().and_then(|k| profiles.get(k)) {
+                    tree_watch.set_titles(&p.engine_titles);
+                }
+                for d in tree_watch.observe(ms(), &s) {
+                    events.extend(judge.feed(Fact { at: Some(ms()), input: Input::EngineDied(d) }));
+                }
+                events.extend(tree_watch.new_engines().into_iter().map(Event::Engine));
+            }
             g = pending(&mut gen_task) => {
                 gen_task = None;
                 gen_done = Some(g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?);
@@ -664,7 +715,13 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                         ));
                     }
                 }
-                Event::Verdict(_) => {}
+                Event::Verdict(_)
+                | Event::EngineDied(_)
+                | Event::Engine(_)
+                | Event::Evidence(_)
+                | Event::OnStall(_)
+                | Event::EngineMetrics(_)
+                | Event::GpuEvent(_) => {}
             }
             rep.event(ms(), ev);
         }
@@ -689,6 +746,17 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 if let Some(h) = probe_task.take() {
                     h.abort();
                 }
+                // issue #17: where every process of a stuck server is, before the verdict is told
+                let mut r = r;
+                let run_dir = a.exit_state.as_deref().and_then(|p| p.parent());
+                crate::evidence::at_verdict(&mut rep, ms(), &mut r, a.pid, run_dir, &a.secrets, a.remote.as_ref())
+                    .await;
+                let port = target
+                    .as_ref()
+                    .filter(|t| t.host == "localhost" || t.host.starts_with("127."))
+                    .map(|t| t.port)
+                    .or(cmd_port);
+                crate::policy::on_verdict(&mut rep, ms(), &mut r, &a, port);
                 update_metrics(&metrics, &judge, server.as_deref(), r.verdict);
                 sinks.verdict(&r);
                 rep.verdict(ms(), &r, None);
@@ -738,7 +806,8 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 let pt = probe_timeout;
                 probe_task = Some(tokio::spawn(async move { probe::probe(&t, pt, b.as_deref()).await }));
             }
-            let want_gen = proof.wants_generation();
+            // while the server's own metrics show engine progress, no generation probes (issue #17)
+            let want_gen = proof.wants_generation() && !(proof.watching() && emetrics_live);
             if want_gen && gen_task.is_none() && Instant::now() >= next_gen {
                 let t = t.clone();
                 let b = bearer.clone();

@@ -704,7 +704,8 @@ fn e2e_status_says_stalled() {
     let mut a = cmd(&e, free_port(), &[]);
     a[2] = fifo.display().to_string();
     let mut c = v(&d.0);
-    c.args(["up", "--name", "st", "--no-check", "--stall", "1s", "--"]).args(&a);
+    // kept (issue #17: `up` stops a stalled server by default), so that status sees it stalled and alive
+    c.args(["up", "--name", "st", "--no-check", "--stall", "1s", "--on-stall", "keep", "--"]).args(&a);
     assert_eq!(run_bounded(c, T).status.code(), Some(4));
     let mut s = v(&d.0);
     s.args(["status", "--json"]);

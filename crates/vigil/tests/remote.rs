@@ -685,3 +685,47 @@ fn e2e_remote_logs_hide_every_secret_value() {
     assert!(t.contains("the key is ***"), "{t}");
     assert!(!t.contains(secret), "logs --host printed the secret: {t}");
 }
+
+/// Issue #17: a run stalled on a node (the real llama-server blocked opening a FIFO model): the evidence is
+/// captured there, over the run's connection (wait channels; eu-stack's native frames, Debian's elfutils),
+/// at the verdict and again with `vigil --host H dump NAME`; the raw output is kept on this machine.
+#[test]
+fn e2e_remote_stall_evidence_is_captured_on_the_node() {
+    let Some(e) = env() else { return };
+    if !have_sshd() {
+        return;
+    }
+    let Some(_eu) = tool("/usr/bin/eu-stack", "elfutils") else { return };
+    let d = TempDir::new("revid");
+    let h = Sshd::start(&d, "a");
+    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let fifo = fifo_model(&d);
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "up", "--json", "--name", "r1", "--stall", "2s", "--"])
+        .arg(&e.server)
+        .arg("-m")
+        .arg(&fifo)
+        .args(["--port", &free_port().to_string()]);
+    let o = run_bounded(c, T);
+    let v = json_lines(&o);
+    let r = verdict(&v);
+    assert_eq!(r["verdict"], "stalled", "{}", text(&o));
+    let pid = v.iter().find(|x| x["event"] == "launched").expect("launched")["pid"].as_i64().unwrap();
+    let check = |ev: &serde_json::Value| {
+        let p = ev["procs"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap_or_else(|| panic!("{ev}"));
+        assert!(p["wchan"].as_str().is_some_and(|w| !w.is_empty() && w != "0"), "{p}");
+        assert!(p["at"].as_str().unwrap().contains("native `"), "{p}");
+        let dir = std::path::PathBuf::from(ev["dir"].as_str().unwrap());
+        assert!(read(&dir.join(format!("pid-{pid}.eu-stack.txt"))).contains("TID "), "{ev}");
+    };
+    check(v.iter().find(|x| x["event"] == "evidence").expect("evidence at the verdict"));
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "dump", "r1", "--json"]);
+    let o = run_bounded(c, T);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    check(&json_lines(&o)[0]);
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "down", "r1"]);
+    assert_eq!(run_bounded(c, T).status.code(), Some(0));
+    assert!(gone(pid as i32));
+}

@@ -1,0 +1,108 @@
+//! `--on-stall keep|stop` (issue #17): after the evidence is saved, stop a stuck server's tree and prove
+//! its port and GPU memory free, or leave it running and say how to stop it. The decision of which
+//! verdicts it applies to is `vigil_core::policy::applies`; this only acts and reports.
+
+use crate::report::Reporter;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use vigil_core::policy::{OnStall, StallAction};
+use vigil_core::{Event, Report};
+
+/// After a port is closed by the stop, the proof waits this long for the kernel to release it.
+const PORT_WAIT: Duration = Duration::from_secs(5);
+
+/// Applies the policy to a verdict that ends vigil's watch: the server's root process is `a.pid`, its
+/// run (stopped through its keeper) the folder of `a.exit_state`; `port` is the server's port when known.
+pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait::Args, port: Option<u16>) {
+    let policy = a.on_stall.unwrap_or(OnStall::Keep);
+    let (pid, grace) = (a.pid, a.stop_grace);
+    let run_dir = a.exit_state.as_deref().and_then(Path::parent);
+    if !vigil_core::policy::applies(r) {
+        return;
+    }
+    let Some(pid) = pid else { return };
+    let state: Option<crate::run::State> = run_dir.and_then(|d| crate::run::read_json(&d.join("state.json")));
+    let mut pids: Vec<i32> = crate::procs::descendants(pid);
+    if crate::procs::alive(pid) {
+        pids.insert(0, pid);
+    }
+    // a run's keeper is a subreaper: children the dead server left behind are its descendants
+    if let Some(k) = state.as_ref().map(|s| s.keeper_pid).filter(|k| *k > 0 && crate::procs::alive(*k)) {
+        for d in crate::procs::descendants(k) {
+            if !pids.contains(&d) {
+                pids.push(d);
+            }
+        }
+    }
+    if pids.is_empty() {
+        return; // nothing lingers
+    }
+    let mut act = StallAction {
+        action: policy,
+        pids: pids.clone(),
+        survivors: vec![],
+        port,
+        port_free: None,
+        gpu_released: None,
+    };
+    match policy {
+        OnStall::Keep => {
+            let how = match run_dir.and_then(|d| d.file_name()).and_then(|n| n.to_str()) {
+                Some(n) => format!("`vigil down {n}`"),
+                None => format!("`vigil down --pid {pid}`"),
+            };
+            push_detail(r, &format!("left running (--on-stall keep): {} process(es); {how} stops it", pids.len()));
+        }
+        OnStall::Stop => {
+            act.survivors = match (run_dir, state) {
+                (Some(d), Some(st)) => crate::up::stop_run(d, &st, grace, rep).unwrap_or(pids.clone()),
+                _ => {
+                    // not a run of ours (stop_run proves a run's GPU release itself): prove it here
+                    let before = crate::gpu::before_stop(pid, &pids).filter(|b| b.held.total_mib > 0);
+                    let s = crate::procs::stop_tree(pid, true, grace, &mut |_, _| {});
+                    let mut left: Vec<i32> = s.survivors.iter().map(|p| p.pid).collect();
+                    if let Some(b) = before {
+                        let holders = crate::gpu::wait_released(&b, Duration::from_secs(30));
+                        act.gpu_released = Some(holders.is_empty());
+                        for h in holders {
+                            if !left.contains(&h.pid) {
+                                left.push(h.pid);
+                            }
+                        }
+                    }
+                    left
+                }
+            };
+            if let Some(p) = port {
+                let t0 = Instant::now();
+                let mut free = crate::procs::port_free(p);
+                while !free && t0.elapsed() < PORT_WAIT {
+                    std::thread::sleep(Duration::from_millis(20));
+                    free = crate::procs::port_free(p);
+                }
+                act.port_free = Some(free);
+            }
+            let port_txt = match (act.port, act.port_free) {
+                (Some(p), Some(true)) => format!("; port {p} free"),
+                (Some(p), _) => format!("; port {p} still taken ({})", crate::procs::port_holder_text(p)),
+                _ => String::new(),
+            };
+            if act.survivors.is_empty() {
+                push_detail(r, &format!("stopped (--on-stall stop): {} process(es), none left{port_txt}", pids.len()));
+            } else {
+                push_detail(
+                    r,
+                    &format!("stop failed (--on-stall stop): pids {:?} still alive{port_txt}", act.survivors),
+                );
+            }
+        }
+    }
+    rep.event(t_ms, &Event::OnStall(act));
+}
+
+fn push_detail(r: &mut Report, s: &str) {
+    r.detail = Some(match r.detail.take() {
+        Some(d) => format!("{d}; {s}"),
+        None => s.to_string(),
+    });
+}

@@ -1,0 +1,186 @@
+//! Evidence of a run on a remote node (issue #17), over the run's SSH connection: one small shell script
+//! runs on the node (the node has no vigil binary) and prints, for every process of the run's tree, its
+//! state, wait channel, title and the output of py-spy and eu-stack where they are installed there, each
+//! tool run bounded by `timeout 10` and `head -c 1 MiB`. vigil parses it here with the same core parsers,
+//! saves the raw output locally and summarises it like a local capture.
+
+use crate::remote::Conn;
+use crate::run::Redactor;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use vigil_core::evidence::{self, Evidence, ProcEvidence};
+
+/// The whole script's deadline: 8 processes' tools at 10 s each would be the worst of a stuck node.
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(120);
+
+const SCRIPT: &str = r#"[ -f "$D/pid" ] || { echo "@@none"; exit 3; }
+read sp kp < "$D/pid"
+kill -0 "$sp" 2>/dev/null || { echo "@@dead"; exit 4; }
+tree=$(ps -e -o pid= -o ppid= 2>/dev/null | awk -v r="$sp" '{par[$1]=$2} END{t[r]=1; c=1; while(c){c=0; for(p in par) if(!(p in t) && (par[p] in t)){t[p]=1; c=1}} print r; for(p in t) if(p!=r) print p}' | head -n 128)
+spy=$(command -v py-spy 2>/dev/null)
+eu=$(command -v eu-stack 2>/dev/null)
+for p in $tree; do
+  [ -d "/proc/$p" ] || continue
+  echo "@@proc $p"
+  echo "@@state $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1)"
+  echo "@@wchan $(cat "/proc/$p/wchan" 2>/dev/null)"
+  echo "@@title $(head -c 512 "/proc/$p/cmdline" 2>/dev/null | tr '\000\n' '  ')"
+  exe=$(readlink "/proc/$p/exe" 2>/dev/null)
+  case "${exe##*/}" in python*)
+    s="$spy"; [ -z "$s" ] && [ -x "${exe%/*}/py-spy" ] && s="${exe%/*}/py-spy"
+    if [ -n "$s" ]; then echo "@@py-spy"; timeout 10 "$s" dump --native --pid "$p" 2>&1 | head -c 1048576; echo; echo "@@end"
+    else echo "@@note py-spy not found on the node (PATH, beside the interpreter): pip install py-spy"; fi;;
+  esac
+  if [ -n "$eu" ]; then echo "@@eu-stack"; timeout 10 "$eu" -p "$p" 2>&1 | head -c 1048576; echo; echo "@@end"
+  else echo "@@note eu-stack not found on the node: apt-get install elfutils"; fi
+done
+"#;
+
+#[derive(Debug, Default)]
+struct Raw {
+    pid: i32,
+    state: Option<char>,
+    wchan: Option<String>,
+    title: String,
+    py_spy: Option<String>,
+    eu_stack: Option<String>,
+    notes: Vec<String>,
+}
+
+/// Splits the script's output into processes.
+fn parse(out: &str) -> Vec<Raw> {
+    let mut v: Vec<Raw> = Vec::new();
+    let mut block: Option<(&str, String)> = None;
+    for l in out.lines() {
+        if let Some((which, text)) = &mut block {
+            if l == "@@end" {
+                if let Some(r) = v.last_mut() {
+                    let t = std::mem::take(text);
+                    match *which {
+                        "py-spy" => r.py_spy = Some(t),
+                        _ => r.eu_stack = Some(t),
+                    }
+                }
+                block = None;
+            } else {
+                text.push_str(l);
+                text.push('\n');
+            }
+            continue;
+        }
+        if let Some(p) = l.strip_prefix("@@proc ") {
+            v.push(Raw { pid: p.trim().parse().unwrap_or(0), ..Raw::default() });
+            continue;
+        }
+        let Some(r) = v.last_mut() else { continue };
+        if let Some(s) = l.strip_prefix("@@state ") {
+            r.state = s.trim().chars().next();
+        } else if let Some(s) = l.strip_prefix("@@wchan") {
+            r.wchan = Some(s.trim().to_string()).filter(|s| !s.is_empty());
+        } else if let Some(s) = l.strip_prefix("@@title") {
+            r.title = s.trim().to_string();
+        } else if let Some(s) = l.strip_prefix("@@note ") {
+            r.notes.push(s.trim().to_string());
+        } else if l == "@@py-spy" {
+            block = Some(("py-spy", String::new()));
+        } else if l == "@@eu-stack" {
+            block = Some(("eu-stack", String::new()));
+        }
+    }
+    v
+}
+
+/// Where a remote run's evidence is kept on this machine.
+fn local_dir(host: &str, name: &str) -> PathBuf {
+    let h: String =
+        host.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.@".contains(c) { c } else { '_' }).collect();
+    crate::run::state_root()
+        .unwrap_or_else(|_| std::env::temp_dir().join("vigil"))
+        .join("evidence")
+        .join("remote")
+        .join(h)
+        .join(format!("{name}-{}", crate::run::now_ms()))
+}
+
+fn tool_text(t: &str, red: &Redactor, dir: &Path, file: &str, files: &mut Vec<String>, notes: &mut Vec<String>) {
+    if std::fs::write(dir.join(file), red.redact(t)).is_ok() {
+        files.push(file.to_string());
+    }
+    // a tool that failed printed its error instead of stacks
+    let first = t.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    if first.starts_with("Error") || first.contains("Operation not permitted") || first.contains("cannot") {
+        notes.push(first.chars().take(200).collect());
+    }
+}
+
+/// Captures the run `name` on the node behind `c`.
+pub async fn capture(c: &Conn, name: &str, secrets: &[String]) -> Result<Evidence, String> {
+    let t0 = Instant::now();
+    let mut s = c.prelude(name);
+    s.extend_from_slice(SCRIPT.as_bytes());
+    let (code, out, _) = c.exec(&s, SCRIPT_DEADLINE).await.map_err(|e| format!("{e:?}"))?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    match code {
+        3 => return Err(format!("no run named '{name}' on {}", c.dest)),
+        4 => return Err(format!("the server of '{name}' on {} is not running", c.dest)),
+        _ => {}
+    }
+    let mut red = Redactor::default();
+    for s in secrets {
+        red.add(s);
+    }
+    let dir = local_dir(&c.dest, name);
+    let mut notes = vec![format!("captured on {}", c.dest)];
+    if crate::run::mkdir_private(&dir).is_err() {
+        notes.push(format!("cannot create {}: nothing saved", dir.display()));
+    }
+    let mut procs = Vec::new();
+    for r in parse(&text) {
+        let (mut files, mut pnotes) = (Vec::new(), r.notes.clone());
+        let py = r.py_spy.as_deref().map(evidence::parse_py_spy).unwrap_or_default();
+        let nat = r.eu_stack.as_deref().map(evidence::parse_eu_stack).unwrap_or_default();
+        if let Some(t) = &r.py_spy {
+            tool_text(t, &red, &dir, &format!("pid-{}.py-spy.txt", r.pid), &mut files, &mut pnotes);
+        }
+        if let Some(t) = &r.eu_stack {
+            tool_text(t, &red, &dir, &format!("pid-{}.eu-stack.txt", r.pid), &mut files, &mut pnotes);
+        }
+        procs.push(ProcEvidence {
+            pid: r.pid,
+            title: red.redact(&r.title),
+            state: r.state,
+            at: evidence::summarize(r.pid, &py, &nat, r.wchan.as_deref()),
+            wchan: r.wchan,
+            files,
+            notes: pnotes,
+        });
+    }
+    let ev = Evidence {
+        dir: dir.display().to_string(),
+        procs,
+        nccl_dumps: vec![],
+        notes,
+        took_ms: t0.elapsed().as_millis() as u64,
+    };
+    let _ = crate::run::write_json(&dir.join("evidence.json"), &ev);
+    Ok(ev)
+}
+
+/// `vigil --host H dump NAME`.
+pub async fn dump(hs: crate::hosts::Hosts, name: String, json: bool) -> Result<i32, crate::error::CliError> {
+    use crate::error::CliError;
+    crate::run::valid_name(&name)?;
+    let [host] = hs.list.as_slice() else { return Err(CliError::usage("dump: give one --host")) };
+    let (ssh, dest) = (hs.ssh.clone(), host.clone());
+    let c = tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh))
+        .await
+        .unwrap_or_else(|e| Err(CliError::Internal(e.to_string())))?;
+    let secrets = crate::run::secret_values(&crate::run::stored_secrets(&name, Some(&c.dest)));
+    let ev = capture(&c, &name, &secrets).await.map_err(crate::error::CliError::usage)?;
+    let mut rep = crate::report::Reporter::new(json, false);
+    for s in &secrets {
+        rep.add_secret(s);
+    }
+    rep.event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
+    Ok(0)
+}

@@ -2,6 +2,7 @@
 //! machine and the verdict types. No tokio, no printing, no clock reads: time comes in with each fact.
 
 pub mod classify;
+pub mod history;
 pub mod judge;
 pub mod profile;
 pub mod time;
@@ -59,6 +60,11 @@ impl<'p> Offline<'p> {
             self.feed(&held, each);
         }
         self.feed(raw, each);
+    }
+
+    /// The judge, for what it measured (per-rank timelines, silent gaps) after `finish`.
+    pub fn judge(&self) -> &Judge {
+        &self.j
     }
 
     /// Ends the text (lines held as a possible header are judged after all) and gives the verdict.

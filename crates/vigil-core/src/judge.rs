@@ -462,6 +462,16 @@ impl Judge {
         self.cfg.changes = changes;
     }
 
+    /// What differs from the last good start (versions arrive in the log after the start).
+    pub fn set_changes(&mut self, changes: Vec<Change>) {
+        self.cfg.changes = changes;
+    }
+
+    /// The server kind, once set or detected.
+    pub fn server(&self) -> Option<&str> {
+        self.server.as_deref()
+    }
+
     pub fn set_server(&mut self, name: &str) {
         self.server = Some(name.to_string());
     }

@@ -9,6 +9,7 @@ mod follow;
 mod gguf;
 mod gpu;
 mod help;
+mod history;
 mod hosts;
 mod keeper;
 mod kprobe;
@@ -166,6 +167,15 @@ struct RemoteFlags {
     /// Runs directory on the remote (default ${XDG_STATE_HOME:-~/.local/state}/vigil/remote).
     #[arg(long, global = true, value_name = "DIR", env = "VIGIL_REMOTE_DIR", help_heading = help::REMOTE)]
     remote_dir: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum HistoryCmd {
+    /// Reads old server logs into the history (phase durations from their timestamps).
+    Import {
+        #[arg(required = true, value_name = "LOG")]
+        files: Vec<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -338,6 +348,18 @@ enum Cmd {
         dir: Option<PathBuf>,
     },
     /// Internal: the keeper process of a run (started by `vigil up`, not by hand).
+    /// Past startups (newest last), per-phase medians and spread; `history import LOG…` fills it from old logs.
+    #[command(after_long_help = help::HISTORY, args_conflicts_with_subcommands = true)]
+    History {
+        /// Only the startups of this run (or imported log) name.
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+        /// JSON lines: name, key, verdict, total_ms, phases (phase → ms), and more.
+        #[arg(long, help_heading = help::OUTPUT)]
+        json: bool,
+        #[command(subcommand)]
+        sub: Option<HistoryCmd>,
+    },
     #[command(name = "__keeper", hide = true)]
     Keeper {
         /// The run directory.
@@ -645,7 +667,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
     if let Cmd::Man { dir } = &cli.cmd {
         return help::man(Cli::command(), dir.as_deref());
     }
-    if !matches!(cli.cmd, Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. }) {
+    if !matches!(cli.cmd, Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. } | Cmd::History { .. }) {
         install_interrupt_handlers();
     }
     let profiles = load_profiles(&cli.profiles)?;
@@ -757,6 +779,10 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             }
             interruptible(move || check::run(cmd, server, json, &profiles))
         }
+        Cmd::History { name, json, sub } => match sub {
+            Some(HistoryCmd::Import { files }) => history::import(&files, &profiles),
+            None => history::list(name.as_deref(), json),
+        },
         Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
             for p in &profiles.list {

@@ -82,16 +82,16 @@ Examples:
   vigil wait --log-cmd 'kubectl logs -f sglang-0' --url http://10.0.0.5:30000/health --timeout 90m --stall cuda_graphs=20m";
 
 pub const HISTORY: &str = "\
-Every startup that up, wait and watch follow is recorded (SQLite, ~/.local/state/vigil/history.db or
-$VIGIL_HISTORY; kept on a local path when the state directory is on NFS). See docs/history.md.
-
 Examples:
   # past startups of one run, newest last, then per-phase medians and spread
   vigil history kimi
   # JSON lines (name, key, verdict, total_ms, phases) for a dashboard
   vigil history --json
   # a team's old logs count from day one
-  vigil history import /var/log/sglang/*.log";
+  vigil history import /var/log/sglang/*.log
+
+Every startup that up, wait and watch follow is recorded (SQLite, ~/.local/state/vigil/history.db or
+$VIGIL_HISTORY; kept on a local path when the state directory is on NFS). See docs/history.md.";
 
 pub const WATCH: &str = "\
 Examples:

@@ -173,6 +173,7 @@ struct RemoteFlags {
 enum HistoryCmd {
     /// Reads old server logs into the history (phase durations from their timestamps).
     Import {
+        /// Server log files (any size; their own timestamps give the phase durations).
         #[arg(required = true, value_name = "LOG")]
         files: Vec<PathBuf>,
     },
@@ -347,7 +348,6 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
-    /// Internal: the keeper process of a run (started by `vigil up`, not by hand).
     /// Past startups (newest last), per-phase medians and spread; `history import LOG…` fills it from old logs.
     #[command(after_long_help = help::HISTORY, args_conflicts_with_subcommands = true)]
     History {
@@ -360,6 +360,7 @@ enum Cmd {
         #[command(subcommand)]
         sub: Option<HistoryCmd>,
     },
+    /// Internal: the keeper process of a run (started by `vigil up`, not by hand).
     #[command(name = "__keeper", hide = true)]
     Keeper {
         /// The run directory.

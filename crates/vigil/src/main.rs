@@ -22,6 +22,7 @@ mod proof;
 mod remote;
 mod report;
 mod run;
+mod timeline;
 mod tls;
 mod up;
 mod wait;
@@ -360,6 +361,16 @@ enum Cmd {
         #[command(subcommand)]
         sub: Option<HistoryCmd>,
     },
+    /// The startup as a picture: a lane per rank, a bar per phase, the history's median, the verdict.
+    #[command(after_long_help = help::TIMELINE)]
+    Timeline {
+        /// A run of `vigil up` (its log), or a server log file.
+        #[arg(value_name = "NAME|LOG")]
+        target: String,
+        /// Write a standalone SVG to FILE instead of the terminal rendering.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
     /// Internal: the keeper process of a run (started by `vigil up`, not by hand).
     #[command(name = "__keeper", hide = true)]
     Keeper {
@@ -668,7 +679,10 @@ fn run(cli: Cli) -> Result<i32, CliError> {
     if let Cmd::Man { dir } = &cli.cmd {
         return help::man(Cli::command(), dir.as_deref());
     }
-    if !matches!(cli.cmd, Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. } | Cmd::History { .. }) {
+    if !matches!(
+        cli.cmd,
+        Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. } | Cmd::History { .. } | Cmd::Timeline { .. }
+    ) {
         install_interrupt_handlers();
     }
     let profiles = load_profiles(&cli.profiles)?;
@@ -780,6 +794,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             }
             interruptible(move || check::run(cmd, server, json, &profiles))
         }
+        Cmd::Timeline { target, svg } => timeline::run(&target, svg.as_deref(), &profiles),
         Cmd::History { name, json, sub } => match sub {
             Some(HistoryCmd::Import { files }) => history::import(&files, &profiles),
             None => history::list(name.as_deref(), json),

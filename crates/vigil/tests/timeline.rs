@@ -38,7 +38,7 @@ fn timeline_svg_of_eight_ranks_renders_with_the_lagging_rank_labelled() {
     texts(tree.root(), &mut all);
     for r in 0..8 {
         let want = if r == 5 { "TP5 (lagging)".to_string() } else { format!("TP{r}") };
-        assert!(all.iter().any(|t| *t == want), "label {want} missing from {all:?}");
+        assert!(all.contains(&want), "label {want} missing from {all:?}");
     }
     assert_eq!(all.iter().filter(|t| t.ends_with("(lagging)")).count(), 1, "{all:?}");
     let size = tree.size().to_int_size();

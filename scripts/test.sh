@@ -14,8 +14,10 @@ echo "== llama-server: $VIGIL_LLAMA_SERVER"
 
 # The SSH tests start Debian's real sshd on loopback ports; the portable-build test reads objdump -T;
 # the TLS tests put Debian's stunnel in front of llama-server, with certificates made by openssl; the
-# Prometheus tests run Debian's prometheus and promtool; the systemd unit test runs systemd-analyze verify.
+# Prometheus tests run Debian's prometheus and promtool; the systemd unit test runs systemd-analyze verify;
+# the timeline test renders its SVG with resvg, whose text needs a system font (DejaVu).
 need=()
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v objdump >/dev/null 2>&1 || need+=(binutils)

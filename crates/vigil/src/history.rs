@@ -19,6 +19,9 @@ use vigil_core::{Judge, Phase, Profiles, Report, Verdict};
 pub const KEEP_PER_KEY: usize = 200;
 /// How long a writer waits for another's lock before giving up (two vigils finishing at once).
 const BUSY: Duration = Duration::from_secs(10);
+/// Versions and the arguments line are looked for in a startup's first lines only (they print them
+/// first); past these, log lines cost the history nothing.
+const SCAN_LINES: usize = 20_000;
 /// The largest config file or GGUF header hashed.
 const MAX_HASHED: u64 = 64 << 20;
 
@@ -360,9 +363,10 @@ fn empty_dir(p: &Path) -> bool {
 /// FNV-1a of a small file (a model's config.json), or of a GGUF file's header (metadata and tensor
 /// table, never the weights): a change of one key changes it.
 fn config_hash(model: &Path) -> Option<String> {
+    // never a FIFO or a device: opening one could block the watch (a model on slow storage)
     let (file, max) = if model.is_dir() {
         (model.join("config.json"), 4 << 20)
-    } else if model.extension().is_some_and(|e| e == "gguf") {
+    } else if model.extension().is_some_and(|e| e == "gguf") && model.metadata().is_ok_and(|m| m.is_file()) {
         let info = crate::gguf::read(model).ok()?;
         (model.to_path_buf(), info.header_end.min(MAX_HASHED))
     } else {
@@ -440,6 +444,10 @@ pub struct Recorder {
     stall_floor_ms: u64,
     /// Set once the judge got its history (at start, or once the log told the arguments).
     applied: bool,
+    /// Something the key depends on changed (the kind detected, the arguments line read): try again.
+    dirty: bool,
+    /// Lines looked at for versions and arguments: only a startup's first `SCAN_LINES` print them.
+    scanned: usize,
     last_good_facts: Option<BTreeMap<String, String>>,
     snap: Option<Measures>,
     done: bool,
@@ -519,6 +527,8 @@ impl Recorder {
             slow_floor_ms: floor("VIGIL_SLOW_FLOOR", core::SLOW_FLOOR_MS),
             stall_floor_ms: floor("VIGIL_STALL_FLOOR", core::STALL_FLOOR_MS),
             applied: false,
+            dirty: false,
+            scanned: 0,
             last_good_facts: None,
             snap: None,
             done: false,
@@ -690,9 +700,10 @@ impl Recorder {
 
     /// A log line: the arguments (attached runs) and versions it prints.
     pub fn line(&mut self, raw: &str, judge: &mut Judge) {
-        if self.server.is_none() {
+        if self.server.is_none() || self.scanned >= SCAN_LINES {
             return;
         }
+        self.scanned += 1;
         let mut new_version = false;
         for (name, re) in &self.version_res {
             if !self.versions.contains_key(name) {
@@ -708,12 +719,15 @@ impl Recorder {
             for re in &self.args_res {
                 if let Some(a) = re.captures(raw).and_then(|c| c.name("args")) {
                     self.log_args = parse_args_text(a.as_str(), &self.aliases);
+                    self.dirty = true;
                     break;
                 }
             }
         }
         if !self.applied {
-            self.apply(judge);
+            if std::mem::take(&mut self.dirty) {
+                self.apply(judge);
+            }
         } else if new_version && self.last_good_facts.is_some() {
             if let Some(m) = self.made() {
                 judge.set_changes(self.changes(&m.facts));
@@ -739,6 +753,7 @@ impl Recorder {
                 self.cold = self.cache_cold();
             }
             self.server = Some(kind.to_string());
+            self.dirty = true;
         }
     }
 

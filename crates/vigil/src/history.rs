@@ -431,6 +431,7 @@ pub struct Recorder {
     log_args: BTreeMap<String, String>,
     env: Vec<(String, String)>,
     host: String,
+    gpu: Option<String>,
     gpus: u32,
     cold: bool,
     started_unix_ms: u64,
@@ -512,6 +513,7 @@ impl Recorder {
             argv: argv_red,
             log_args: BTreeMap::new(),
             host: s.remote_host.map(String::from).unwrap_or_else(hostname),
+            gpu: None,
             gpus: 0,
             cold: false,
             started_unix_ms: crate::run::now_ms(),
@@ -538,6 +540,12 @@ impl Recorder {
             env,
         };
         r.cold = r.cache_cold();
+        // the GPUs of this host (a remote run's are not known here: 0)
+        if s.remote_host.is_none() {
+            if let Some((m, n)) = crate::gpu::Reader::open().ok().and_then(|g| g.model_and_count()) {
+                (r.gpu, r.gpus) = (Some(m), n);
+            }
+        }
         r
     }
 
@@ -632,7 +640,7 @@ impl Recorder {
             model,
             args: key_args,
             host: self.host.clone(),
-            gpu: None,
+            gpu: self.gpu.clone(),
             gpus: self.gpus,
             cold_cache: self.cold,
         };

@@ -111,6 +111,17 @@ fn e2e_history_fourth_start_held_in_loading_is_slow_with_baseline() {
         assert_eq!(x["key"]["server"], "llama-cpp");
     }
     assert!(h[3]["phases"]["weights"].as_u64().unwrap() > 1000, "the held phase is recorded long: {}", h[3]);
+    // plain lines: phase lines say the usual duration, the verdict summary the baseline
+    let mut c = v(&d.0);
+    c.args(["up", "--name", "h", "--detach", "--"]).args(&cmd);
+    let o = run_bounded(c, T);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.lines().any(|l| l.contains("phase launch → weights") && l.contains("(usually ")), "{out}");
+    assert!(out.contains("usual: 4 good startups, median total"), "{out}");
+    let mut c = v(&d.0);
+    c.args(["down", "h"]);
+    run_bounded(c, T);
 }
 
 /// Stops the server (SIGSTOP) as soon as its log, polled every millisecond, shows `loading model`:
@@ -178,8 +189,8 @@ fn e2e_history_changed_model_config_is_listed() {
     );
 }
 
-/// After three good starts, a start stopped (SIGSTOP) as it is launched is stalled in its launch phase at
-/// the limit learned from them (3 × the longest silent gap, here the 2 s floor), not at the 300 s default.
+/// After three good starts, a start stopped (SIGSTOP) as it is launched is stalled at the limit learned
+/// from them (3 × the longest silent gap, here the 2 s floor), not at the 300/600 s defaults.
 #[test]
 fn e2e_history_learned_stall_limit_fires() {
     let Some(e) = env() else { return };
@@ -207,7 +218,9 @@ fn e2e_history_learned_stall_limit_fires() {
     signal(server, libc::SIGCONT);
     let r = verdict(&lines).clone();
     assert_eq!(status.code(), Some(4), "{r}");
-    assert_eq!((r["verdict"].as_str(), r["phase"].as_str()), (Some("stalled"), Some("launch")), "{r}");
+    assert_eq!(r["verdict"], "stalled", "{r}");
+    // the stop lands before or just after its `loading model` line, both learned phases
+    assert!(r["phase"] == "launch" || r["phase"] == "weights", "{r}");
     let detail = r["detail"].as_str().unwrap();
     assert!(detail.contains("stall limit 2.0s") && detail.contains("learned"), "{detail}");
     let at = r["t_ms"].as_u64().unwrap();

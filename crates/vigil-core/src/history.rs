@@ -134,6 +134,9 @@ pub struct Startup {
     /// Unix milliseconds at the start.
     #[serde(default)]
     pub started_unix_ms: u64,
+    /// Phases that ran past their usual duration by the margin (the `slow` events).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow: Vec<Phase>,
 }
 
 impl Startup {
@@ -371,6 +374,7 @@ mod tests {
             gpu_mib: BTreeMap::new(),
             facts: BTreeMap::new(),
             started_unix_ms: 0,
+            slow: vec![],
         }
     }
 

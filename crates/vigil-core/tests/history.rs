@@ -42,6 +42,7 @@ fn good(k: &Key, weights_ms: u64, gap_ms: u64) -> Startup {
         gpu_mib: BTreeMap::new(),
         facts: BTreeMap::new(),
         started_unix_ms: 0,
+        slow: vec![],
     }
 }
 

@@ -852,6 +852,7 @@ fn startup_of(
         gpu_mib: m.map(|m| m.gpu.clone()).unwrap_or_default(),
         facts,
         started_unix_ms,
+        slow: r.slow.iter().map(|x| x.phase).collect(),
     }
 }
 
@@ -917,12 +918,12 @@ pub fn list(name: Option<&str>, json: bool) -> Result<i32, CliError> {
     let mut changes: Vec<Vec<core::Change>> = Vec::new();
     for s in &all {
         let id = s.key.id();
-        let c = match (s.good(), last_good.get(&id)) {
+        let c = match (s.good() && s.slow.is_empty(), last_good.get(&id)) {
             (false, Some(g)) => core::what_changed(&g.facts, &s.facts),
             _ => vec![],
         };
         changes.push(c);
-        if s.good() {
+        if s.good() && s.slow.is_empty() {
             last_good.insert(id, s);
         }
     }
@@ -933,13 +934,18 @@ pub fn list(name: Option<&str>, json: bool) -> Result<i32, CliError> {
                 "name": s.name, "key": s.key, "key_id": s.key.id(), "verdict": s.verdict, "cause": s.cause,
                 "total_ms": s.total_ms, "phases": phases, "ranks": s.ranks, "gaps": s.gaps, "rates": s.rates,
                 "gpu_mib": s.gpu_mib, "started_unix_ms": s.started_unix_ms, "facts": s.facts, "changes": c,
+                "slow": s.slow,
             });
             out_line(&v.to_string());
         }
         return Ok(crate::exit::READY);
     }
     for (s, c) in all.iter().zip(&changes) {
-        let cause = s.cause.map(|c| format!(" ({c})")).unwrap_or_default();
+        let cause = match (s.cause, s.slow.is_empty()) {
+            (Some(c), _) => format!(" ({c})"),
+            (None, false) => " (slow)".into(),
+            _ => String::new(),
+        };
         out_line(&format!(
             "{}  {:<16} {:<9} {:>7}  {}",
             fmt_time(s.started_unix_ms),

@@ -111,6 +111,7 @@ fn e2e_history_fourth_start_held_in_loading_is_slow_with_baseline() {
         assert_eq!(x["key"]["server"], "llama-cpp");
     }
     assert!(h[3]["phases"]["weights"].as_u64().unwrap() > 1000, "the held phase is recorded long: {}", h[3]);
+    assert!(!h[3]["slow"].as_array().unwrap().is_empty(), "the slow start is marked slow: {}", h[3]);
     // plain lines: phase lines say the usual duration, the verdict summary the baseline
     let mut c = v(&d.0);
     c.args(["up", "--name", "h", "--detach", "--"]).args(&cmd);
@@ -122,6 +123,37 @@ fn e2e_history_fourth_start_held_in_loading_is_slow_with_baseline() {
     let mut c = v(&d.0);
     c.args(["down", "h"]);
     run_bounded(c, T);
+}
+
+/// Two `vigil up` of two servers finishing at once, into one store: both startups are recorded.
+#[test]
+fn e2e_history_two_ups_finishing_at_once_lose_no_record() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("hist-two");
+    let kids: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let mut c = v(&d.0);
+            c.args(["up", "--name", n, "--detach", "--json", "--"]).args(tiny_cmd(
+                &e,
+                &e.models.join("tiny.gguf"),
+                free_port(),
+            ));
+            std::thread::spawn(move || run_bounded(c, T))
+        })
+        .collect();
+    for k in kids {
+        assert_eq!(k.join().unwrap().status.code(), Some(0));
+    }
+    for n in ["a", "b"] {
+        let mut c = v(&d.0);
+        c.args(["down", n]);
+        run_bounded(c, T);
+    }
+    let h = history_json(&d.0, None);
+    let mut names: Vec<&str> = h.iter().map(|x| x["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, vec!["a", "b"], "{h:?}");
 }
 
 /// Stops the server (SIGSTOP) as soon as its log, polled every millisecond, shows `loading model`:

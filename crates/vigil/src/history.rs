@@ -338,9 +338,17 @@ pub fn parse_args_text(text: &str, al: &BTreeMap<String, String>) -> BTreeMap<St
             continue;
         }
         let k = al.get(&k).cloned().unwrap_or(k);
+        // an `api_key='…'` in SGLang's server_args never reaches the store
+        let v = if secret_arg(&k) { "***".to_string() } else { v };
         out.entry(k).or_insert(v);
     }
     out
+}
+
+/// An argument whose value is a secret (`api_key`, `hf_token`, `admin_api_key`, `api_keys`, `…password…`).
+fn secret_arg(name: &str) -> bool {
+    let u = name.to_ascii_uppercase();
+    crate::run::secret_var(&u) || u == "TOKEN" || u.ends_with("API_KEYS") || u.contains("API_KEY")
 }
 
 fn expand_home(p: &str, home: Option<&str>) -> Option<PathBuf> {
@@ -901,6 +909,17 @@ fn fmt_time(unix_ms: u64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", rem / 3600, (rem % 3600) / 60)
 }
 
+/// One line of `history --json`: the recorded startup (name, key, verdict, cause, total_ms, phases,
+/// ranks, gaps, rates, gpu_mib, facts, started_unix_ms, slow), its key's id, and what changed since the
+/// previous good start of its key.
+#[derive(serde::Serialize)]
+struct JsonLine<'a> {
+    #[serde(flatten)]
+    startup: &'a Startup,
+    key_id: String,
+    changes: &'a [core::Change],
+}
+
 /// `vigil history [NAME] [--json]`: past startups newest last, then per key the per-phase medians and
 /// spread; failed or slow ones with what changed since the last good start of their key.
 pub fn list(name: Option<&str>, json: bool) -> Result<i32, CliError> {
@@ -929,14 +948,8 @@ pub fn list(name: Option<&str>, json: bool) -> Result<i32, CliError> {
     }
     if json {
         for (s, c) in all.iter().zip(&changes) {
-            let phases: BTreeMap<&str, u64> = s.phases.iter().map(|(p, v)| (p.as_str(), *v)).collect();
-            let v = serde_json::json!({
-                "name": s.name, "key": s.key, "key_id": s.key.id(), "verdict": s.verdict, "cause": s.cause,
-                "total_ms": s.total_ms, "phases": phases, "ranks": s.ranks, "gaps": s.gaps, "rates": s.rates,
-                "gpu_mib": s.gpu_mib, "started_unix_ms": s.started_unix_ms, "facts": s.facts, "changes": c,
-                "slow": s.slow,
-            });
-            out_line(&v.to_string());
+            let line = JsonLine { key_id: s.key.id(), startup: s, changes: c };
+            out_line(&serde_json::to_string(&line).unwrap_or_default());
         }
         return Ok(crate::exit::READY);
     }
@@ -1145,6 +1158,18 @@ mod tests {
         let tgi = parse_args_text(r#"model_id: "google/flan-t5-xxl", revision: None, num_shard: Some(2)"#, &al);
         assert_eq!(tgi.get("model_id").map(String::as_str), Some("google/flan-t5-xxl"));
         assert_eq!(tgi.get("num_shard").map(String::as_str), Some("2"));
+    }
+
+    #[test]
+    fn secret_arguments_of_a_log_line_are_never_kept() {
+        let a = parse_args_text(
+            "model_path='/m', api_key='sk-123', hf_token=\"hf_x\", admin_api_key='k'",
+            &BTreeMap::new(),
+        );
+        assert_eq!(a.get("api_key").map(String::as_str), Some("***"));
+        assert_eq!(a.get("hf_token").map(String::as_str), Some("***"));
+        assert_eq!(a.get("admin_api_key").map(String::as_str), Some("***"));
+        assert_eq!(a.get("model_path").map(String::as_str), Some("/m"));
     }
 
     #[test]

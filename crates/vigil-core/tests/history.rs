@@ -167,3 +167,46 @@ fn the_judge_measures_silent_gaps_rates_and_rank_times() {
     let only = tl.get("").expect("untagged rank");
     assert!(only.contains(&(Phase::Weights, Some(100))), "{only:?}");
 }
+
+fn sglang(s: &str) -> Input {
+    let mut c = Classifier::new(builtin(), Some("sglang"));
+    Input::Line(Box::new(c.classify(s)))
+}
+
+/// Progress events carry an ETA from k/n: 12 of 52 CUDA graphs in 30 s leave 100 s.
+#[test]
+fn progress_events_carry_an_eta_from_k_of_n() {
+    let k = key(false);
+    let mut s = good(&k, 10_000, 200);
+    s.phases.insert(Phase::CudaGraphs, 60_000);
+    let past = vec![s; 3];
+    let mut j = with_history(&past, &k, 1000, STALL_FLOOR_MS);
+    feed(
+        &mut j,
+        0,
+        sglang(
+            "[2025-01-01 00:00:00] Capture cuda graph begin. This can take up to several minutes. avail mem=40.00 GB",
+        ),
+    );
+    let ev = feed(
+        &mut j,
+        30_000,
+        sglang("Capturing batches (bs=96 avail_mem=39.00 GB):  23%|##   | 12/52 [00:30<01:40,  2.50s/it]"),
+    );
+    let eta = ev.iter().find_map(|e| match e {
+        Event::Progress { progress, eta_ms, .. } if progress.k == 12 => Some(*eta_ms),
+        _ => None,
+    });
+    assert_eq!(eta, Some(Some(100_000)), "{ev:?}");
+}
+
+/// GPU memory held at a phase's end is kept for the history.
+#[test]
+fn gpu_memory_at_each_phase_end() {
+    let mut j = Judge::new(live());
+    feed(&mut j, 0, line(LAUNCH));
+    feed(&mut j, 100, line(LOAD));
+    feed(&mut j, 200, Input::Gpu(GpuFact { total_mib: 4096, describe: "4.0 GiB".into() }));
+    feed(&mut j, 300, line(LOADED));
+    assert_eq!(j.gpu_at_end().get(&Phase::Weights), Some(&4096));
+}

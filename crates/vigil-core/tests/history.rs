@@ -85,6 +85,8 @@ fn slow_is_said_once_past_the_margin_and_the_verdict_carries_the_baseline() {
     let past = vec![good(&k, 10_000, 200); 3];
     // margin: max(1.5 × 10 s, 10 s + 2 s floor) = 15 s
     let mut j = with_history(&past, &k, 2000, STALL_FLOOR_MS);
+    let change = history::Change { item: "config:model".into(), before: Some("a".into()), after: Some("b".into()) };
+    j.set_changes(vec![change.clone()]);
     feed(&mut j, 0, line(LAUNCH));
     feed(&mut j, 500, line(LOAD));
     let mut slows = 0;
@@ -105,6 +107,15 @@ fn slow_is_said_once_past_the_margin_and_the_verdict_carries_the_baseline() {
     assert_eq!((b.startups, b.total_ms_median), (3, Some(10_500)));
     assert_eq!(b.ratio, Some(2.95));
     assert_eq!(r.slow.len(), 1);
+    // a slow start lists what changed since the last good one; a start at the usual pace does not
+    assert_eq!(r.changes, vec![change.clone()]);
+    let mut j = with_history(&past, &k, 2000, STALL_FLOOR_MS);
+    j.set_changes(vec![change]);
+    feed(&mut j, 0, line(LAUNCH));
+    feed(&mut j, 500, line(LOAD));
+    let ev = feed(&mut j, 9000, line(LOADED));
+    let r = ev.iter().find_map(|e| if let Event::Verdict(r) = e { Some(r) } else { None }).expect("ready");
+    assert!(r.changes.is_empty() && r.slow.is_empty(), "{:?}", r.changes);
 }
 
 #[test]

@@ -3,11 +3,12 @@
 //! at the same times give the same verdict, which is what makes it testable on virtual time.
 
 use crate::classify::Line;
+use crate::history::{Baseline, Change, Slow};
 use crate::profile::RuleKind;
 use crate::tree::EngineDeath;
 use crate::types::{Cause, Phase, Verdict};
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Lines of an error block kept as evidence: the first few and the last many.
 const BLOCK_HEAD: usize = 6;
@@ -35,6 +36,13 @@ pub struct JudgeConfig {
     /// After ready: requests waiting or running with the server's token counters still this long give
     /// `unhealthy` (from its own metrics). None: metrics are not judged.
     pub metrics_window_ms: Option<u64>,
+    /// Earlier startups of the same key (docs/history.md): usual durations, ETA, the `slow` event,
+    /// and `baseline` in the verdict. None: no history.
+    pub baseline: Option<Baseline>,
+    /// Phases whose entry in `stall_ms` was learned from history (the stall detail says so).
+    pub stall_learned: BTreeSet<Phase>,
+    /// What differs from the last good start of the key: listed in a slow or failed verdict.
+    pub changes: Vec<Change>,
 }
 
 impl Default for JudgeConfig {
@@ -49,6 +57,9 @@ impl Default for JudgeConfig {
             quiet_ms: 1500,
             unhealthy_after_ms: None,
             metrics_window_ms: None,
+            baseline: None,
+            stall_learned: BTreeSet::new(),
+            changes: Vec::new(),
         }
     }
 }
@@ -148,6 +159,9 @@ pub enum Input {
     Metrics(crate::engine_metrics::MetricsSample),
     /// NVML reported a critical Xid or an uncorrectable ECC error on a GPU: every later verdict names it.
     GpuEvent(crate::gpu_health::GpuEvent),
+    /// A compiler runs in the server's process tree (nvcc, ptxas, cicc, ninja, …): a JIT build is
+    /// progress even while the log is silent.
+    Compiling(String),
     /// Time passes.
     Tick,
     /// Offline: the text ended.
@@ -176,6 +190,21 @@ pub struct TimelineEntry {
     pub at_ms: Option<u64>,
     /// Null when it cannot be known (no stamps), never invented.
     pub duration_ms: Option<u64>,
+    /// The phase's median in earlier good startups, when there is history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub median_ms: Option<u64>,
+}
+
+/// The history's summary in a verdict: how many good startups, their median total, and this one's
+/// total over it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BaselineSummary {
+    pub startups: usize,
+    pub total_ms_median: Option<u64>,
+    pub ratio: Option<f64>,
+    /// The baseline is the nearest key's: what differs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differs: Vec<String>,
 }
 
 /// The verdict with everything needed to explain it.
@@ -198,6 +227,14 @@ pub struct Report {
     /// Ready, but with a feature off (e.g. "speculation off").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineSummary>,
+    /// Phases that ran past their usual duration by the margin.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slow: Vec<Slow>,
+    /// On a slow or failed start: what differs from the last good start of the key.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<Change>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -210,12 +247,23 @@ pub enum Event {
         at_ms: Option<u64>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         laggards: Vec<String>,
+        /// The new phase's median in earlier good startups.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usual_ms: Option<u64>,
+        /// Milliseconds left until ready, from history.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        eta_ms: Option<u64>,
     },
     Progress {
         phase: Phase,
         #[serde(flatten)]
         progress: Progress,
+        /// Milliseconds left until ready: this phase's rest from k/n, the later phases from history.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        eta_ms: Option<u64>,
     },
+    /// A phase ran past its usual duration by the margin (once per phase).
+    Slow(Slow),
     /// The log says the HTTP server is up, or the ready marker appeared while a probe must confirm it: probe now.
     ProbeNow { reason: String },
     /// A GPU event (Xid, uncorrectable ECC) during the watch; later verdicts name it in their detail.
@@ -242,6 +290,8 @@ struct RankState {
     phase: Option<Phase>,
     visited: u16,
     steps: u32,
+    /// When each phase was entered (ms from the first timed fact; None before any time).
+    entered: Vec<(Phase, Option<u64>)>,
 }
 
 impl RankState {
@@ -339,6 +389,13 @@ pub struct Judge {
     metrics: crate::engine_metrics::MetricsWatch,
     /// GPU events seen, with their time (ms from the origin), at most 16.
     gpu_events: Vec<(crate::gpu_health::GpuEvent, u64)>,
+    /// Phase → the longest silent stretch in it.
+    gaps: BTreeMap<Phase, u64>,
+    /// Phase → (first k, at, last k, at) of its progress lines.
+    rates: BTreeMap<Phase, (u64, u64, u64, u64)>,
+    /// Phase → GPU MiB held when it ended.
+    gpu_at_end: BTreeMap<Phase, u64>,
+    slowed: Vec<Slow>,
 }
 
 impl Judge {
@@ -369,7 +426,46 @@ impl Judge {
             engine_death: None,
             metrics: Default::default(),
             gpu_events: vec![],
+            gaps: BTreeMap::new(),
+            rates: BTreeMap::new(),
+            gpu_at_end: BTreeMap::new(),
+            slowed: Vec::new(),
         }
+    }
+
+    /// Phase → the longest stretch without a progress signal in it (ms), for the history.
+    pub fn gaps(&self) -> &BTreeMap<Phase, u64> {
+        &self.gaps
+    }
+
+    /// Phase → progress steps per second where the log gave k/n over some time.
+    pub fn rates(&self) -> BTreeMap<Phase, f64> {
+        self.rates
+            .iter()
+            .filter(|(_, (k0, t0, k1, t1))| k1 > k0 && t1 > t0)
+            .map(|(p, (k0, t0, k1, t1))| (*p, ((k1 - k0) as f64 * 1000.0 / (t1 - t0) as f64 * 100.0).round() / 100.0))
+            .collect()
+    }
+
+    /// Phase → GPU memory held (MiB) when the phase ended, where GPU readings were on.
+    pub fn gpu_at_end(&self) -> &BTreeMap<Phase, u64> {
+        &self.gpu_at_end
+    }
+
+    /// Rank → (phase, entered at ms) in order. The untagged rank is "".
+    pub fn rank_timelines(&self) -> BTreeMap<String, Vec<(Phase, Option<u64>)>> {
+        self.ranks.iter().map(|(k, r)| (k.clone(), r.entered.clone())).collect()
+    }
+
+    /// The phase's median in earlier good startups.
+    pub fn usual_ms(&self, p: Phase) -> Option<u64> {
+        self.cfg.baseline.as_ref()?.phases.get(&p).map(|s| s.median_ms)
+    }
+
+    /// Milliseconds left until ready, from progress k/n and history; None without history.
+    pub fn eta_ms(&self) -> Option<u64> {
+        let b = self.cfg.baseline.as_ref()?;
+        b.eta_ms(self.phase, self.in_phase_ms().unwrap_or(0), self.progress().map(|p| (p.k, p.n)))
     }
 
     /// The last GPU fact, if GPU readings are on.
@@ -384,6 +480,36 @@ impl Judge {
 
     pub fn config(&self) -> &JudgeConfig {
         &self.cfg
+    }
+
+    /// History learned once the key is known (an attached run's arguments come from its log): the
+    /// baseline, stall limits learned per phase (never where `keep` already sets one, i.e. `--stall`),
+    /// and what changed since the last good start.
+    pub fn set_history(
+        &mut self,
+        baseline: Option<Baseline>,
+        learned: BTreeMap<Phase, u64>,
+        keep: &BTreeSet<Phase>,
+        changes: Vec<Change>,
+    ) {
+        self.cfg.baseline = baseline;
+        for (p, v) in learned {
+            if !keep.contains(&p) {
+                self.cfg.stall_ms.insert(p, v);
+                self.cfg.stall_learned.insert(p);
+            }
+        }
+        self.cfg.changes = changes;
+    }
+
+    /// What differs from the last good start (versions arrive in the log after the start).
+    pub fn set_changes(&mut self, changes: Vec<Change>) {
+        self.cfg.changes = changes;
+    }
+
+    /// The server kind, once set or detected.
+    pub fn server(&self) -> Option<&str> {
+        self.server.as_deref()
     }
 
     pub fn set_server(&mut self, name: &str) {
@@ -455,6 +581,7 @@ impl Judge {
             }
             return ev;
         }
+        let (gap_phase, progress_before) = (self.phase, self.last_progress);
         match fact.input {
             Input::Line(l) => {
                 self.last_line_at = Some(self.now);
@@ -469,6 +596,11 @@ impl Judge {
                     self.last_progress = self.now;
                 }
                 self.gpu = Some(g);
+            }
+            Input::Compiling(_) => {
+                if self.state == Verdict::Starting {
+                    self.last_progress = self.now;
+                }
             }
             Input::Probe(p) => self.on_probe(p, &mut ev),
             Input::Exit(x) => self.on_exit(x, &mut ev),
@@ -489,6 +621,11 @@ impl Judge {
             }
             Input::Tick => {}
             Input::Eof => self.on_eof(&mut ev),
+        }
+        if self.last_progress != progress_before && self.origin.is_some() {
+            let gap = self.last_progress.saturating_sub(progress_before);
+            let g = self.gaps.entry(gap_phase).or_insert(0);
+            *g = (*g).max(gap);
         }
         self.check_timers(&mut ev);
         ev
@@ -578,8 +715,14 @@ impl Judge {
                             let pr = Progress { k, n, detail: h.detail.clone() };
                             if self.progress.as_ref().map(|(_, x)| x) != Some(&pr) {
                                 self.progress = Some((rank_phase, pr.clone()));
+                                let now = self.now;
+                                let r = self.rates.entry(rank_phase).or_insert((k, now, k, now));
+                                if k >= r.2 {
+                                    (r.2, r.3) = (k, now);
+                                }
                                 if rank_phase == self.phase {
-                                    ev.push(Event::Progress { phase: rank_phase, progress: pr });
+                                    let eta_ms = self.eta_ms();
+                                    ev.push(Event::Progress { phase: rank_phase, progress: pr, eta_ms });
                                 }
                             }
                         }
@@ -643,15 +786,23 @@ impl Judge {
 
     /// Enters a phase for a rank (or, for server-wide phases, for every rank). True when something changed.
     fn enter(&mut self, rank: Option<&str>, p: Phase, again: Option<Phase>, ev: &mut Vec<Event>) -> bool {
+        let at = self.rel(self.origin.map(|_| self.now));
+        let stamp = |r: &mut RankState| {
+            let moved = r.enter(p, again);
+            if moved {
+                r.entered.push((r.current(), at));
+            }
+            moved
+        };
         let changed = if p.is_server_wide() {
             self.ranks.entry(String::new()).or_default();
             let mut any = false;
             for r in self.ranks.values_mut() {
-                any |= r.enter(p, again);
+                any |= stamp(r);
             }
             any
         } else {
-            self.ranks.entry(rank.unwrap_or("").to_string()).or_default().enter(p, again)
+            stamp(self.ranks.entry(rank.unwrap_or("").to_string()).or_default())
         };
         if changed {
             self.recompute_phase(ev);
@@ -669,11 +820,15 @@ impl Judge {
             .map_or(Phase::Launch, |(_, r)| r.current());
         if new != self.phase {
             let from = self.phase;
+            if let Some(g) = &self.gpu {
+                self.gpu_at_end.insert(from, g.total_mib);
+            }
             self.phase = new;
             self.phase_since = Some(self.now);
             let at = self.rel(self.origin.map(|_| self.now));
             self.timeline.push((new, at));
-            ev.push(Event::Phase { phase: new, from, at_ms: at, laggards: self.laggards() });
+            let (usual_ms, eta_ms) = (self.usual_ms(new), self.eta_ms());
+            ev.push(Event::Phase { phase: new, from, at_ms: at, laggards: self.laggards(), usual_ms, eta_ms });
         }
     }
 
@@ -869,6 +1024,14 @@ impl Judge {
         if self.state != Verdict::Starting || self.origin.is_none() {
             return;
         }
+        if let Some(b) = &self.cfg.baseline {
+            if let Some(s) = crate::history::slow(b, self.phase, self.in_phase_ms().unwrap_or(0)) {
+                if !self.slowed.iter().any(|x| x.phase == s.phase) {
+                    self.slowed.push(s.clone());
+                    ev.push(Event::Slow(s));
+                }
+            }
+        }
         if self.cfg.stall_enabled {
             let limit = self.cfg.stall_limit_ms(self.phase);
             let quiet = self.since_progress_ms();
@@ -899,6 +1062,12 @@ impl Judge {
                     d.push_str("; health not answering");
                 }
                 d.push_str(&format!("; stall limit {}", fmt_ms(limit)));
+                if self.cfg.stall_learned.contains(&self.phase) {
+                    d.push_str(&format!(
+                        " (learned: {}× the longest silent gap of this phase in good startups, at least the floor)",
+                        crate::history::STALL_MULTIPLE
+                    ));
+                }
                 let hint = stall_hint(self.phase).to_string();
                 let r = self.make_report(Verdict::Stalled, self.phase, None, Some(hint), Some(d), vec![]);
                 self.emit(r, ev);
@@ -944,7 +1113,7 @@ impl Judge {
                 (Some(a), Some(b)) => Some(b.saturating_sub(*a)),
                 _ => None,
             };
-            timeline.push(TimelineEntry { phase: *p, at_ms: *at, duration_ms });
+            timeline.push(TimelineEntry { phase: *p, at_ms: *at, duration_ms, median_ms: self.usual_ms(*p) });
         }
         // a GPU that reported an Xid or an uncorrectable ECC error is named in every verdict but ready
         let detail = match (verdict, self.gpu_events.is_empty()) {
@@ -959,6 +1128,17 @@ impl Judge {
                 })
             }
         };
+        let baseline = self.cfg.baseline.as_ref().map(|b| BaselineSummary {
+            startups: b.startups,
+            total_ms_median: b.total_ms_median,
+            ratio: match (end, b.total_ms_median) {
+                (Some(e), Some(m)) => Some(crate::history::ratio(e, m)),
+                _ => None,
+            },
+            differs: b.differs.clone(),
+        });
+        let changes =
+            if verdict != Verdict::Ready || !self.slowed.is_empty() { self.cfg.changes.clone() } else { vec![] };
         Report {
             verdict,
             phase,
@@ -974,6 +1154,9 @@ impl Judge {
             exit: self.exit.clone(),
             elapsed_ms: end,
             degraded: self.degraded.clone(),
+            baseline,
+            slow: self.slowed.clone(),
+            changes,
         }
     }
 

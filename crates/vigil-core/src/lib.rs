@@ -6,6 +6,7 @@ pub mod engine_metrics;
 pub mod evidence;
 pub mod fleet;
 pub mod gpu_health;
+pub mod history;
 pub mod judge;
 pub mod outcome;
 pub mod policy;
@@ -80,6 +81,11 @@ impl<'p> Offline<'p> {
             self.feed(&held, each);
         }
         self.feed(raw, each);
+    }
+
+    /// The judge, for what it measured (per-rank timelines, silent gaps) after `finish`.
+    pub fn judge(&self) -> &Judge {
+        &self.j
     }
 
     /// Ends the text (lines held as a possible header are judged after all) and gives the verdict.

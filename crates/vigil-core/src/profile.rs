@@ -36,6 +36,9 @@ pub struct ProfileFile {
     /// Command-line facts: when `/health` proves nothing, whether `check` reads an HF config.
     #[serde(default)]
     pub cmd: CmdSpec,
+    /// What the startup history (docs/history.md) needs to know of this server.
+    #[serde(default)]
+    pub history: HistorySpec,
 }
 
 /// The generation proof of a server kind, as data. `body` is the JSON request, in which the strings
@@ -92,6 +95,90 @@ impl CmdSpec {
         let Some(flag) = &self.dummy_health_flag else { return false };
         let min = self.dummy_health_min.unwrap_or(1);
         crate::arg_value(argv, flag).and_then(|v| v.parse::<u64>().ok()).is_some_and(|v| v >= min)
+    }
+}
+
+/// `[history]`: which arguments make startups comparable, where the model and its config are, which
+/// environment variables and versions matter, which JIT caches make a start cold. Lists of a user file
+/// come before the built-in ones; the `generic` profile's apply to every server.
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct HistorySpec {
+    /// Flags that change startup time, as `canonical|alias|…` (names without dashes, `-` as `_`, so
+    /// `--tp-size` and SGLang's `server_args=` field `tp_size` are one name).
+    #[serde(default)]
+    pub key_flags: Vec<String>,
+    /// Flags naming the model (a path or a hub id).
+    #[serde(default)]
+    pub model_flags: Vec<String>,
+    /// Words after which the first bare argument is the model (`vllm serve MODEL`).
+    #[serde(default)]
+    pub model_after: Vec<String>,
+    /// Flags naming a speculative draft model.
+    #[serde(default)]
+    pub draft_flags: Vec<String>,
+    /// Environment variable prefixes listed by "what changed".
+    #[serde(default)]
+    pub env_prefixes: Vec<String>,
+    /// Log lines that print the parsed arguments (attached runs): the regex's `args` group holds
+    /// `name=value`, `'name': value` or `name: value` pairs.
+    #[serde(default)]
+    pub args_line: Vec<String>,
+    #[serde(default)]
+    pub versions: Vec<VersionSpec>,
+    /// JIT / compile caches: one empty or missing at launch makes the start cold.
+    #[serde(default)]
+    pub cache_dirs: Vec<CacheDirSpec>,
+    /// Process names (comm) of compilers: one running in the server's tree is progress.
+    #[serde(default)]
+    pub compilers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct VersionSpec {
+    /// `sglang`, `torch`, `nccl`, `driver`: recorded as `version:NAME`.
+    pub name: String,
+    /// A log-line regex with a `v` group.
+    pub regex: String,
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct CacheDirSpec {
+    /// The variable that moves the cache, when set.
+    pub env: Option<String>,
+    /// The default (`~/` is the home directory); with `env` set, `$VAR/sub` under it via `sub`.
+    pub path: String,
+    /// A subdirectory of the variable's directory that holds this cache.
+    pub sub: Option<String>,
+    pub source: Option<String>,
+}
+
+impl HistorySpec {
+    fn extend_front(&mut self, f: &HistorySpec) {
+        fn front<T: Clone>(a: &mut Vec<T>, b: &[T]) {
+            let mut v = b.to_vec();
+            v.append(a);
+            *a = v;
+        }
+        front(&mut self.key_flags, &f.key_flags);
+        front(&mut self.model_flags, &f.model_flags);
+        front(&mut self.draft_flags, &f.draft_flags);
+        front(&mut self.model_after, &f.model_after);
+        front(&mut self.env_prefixes, &f.env_prefixes);
+        front(&mut self.args_line, &f.args_line);
+        front(&mut self.versions, &f.versions);
+        front(&mut self.cache_dirs, &f.cache_dirs);
+        front(&mut self.compilers, &f.compilers);
+    }
+
+    /// This spec followed by `other`'s entries (a server's own, then the generic layer's).
+    pub fn with(&self, other: &HistorySpec) -> HistorySpec {
+        let mut h = other.clone();
+        h.extend_front(self);
+        h
     }
 }
 
@@ -301,6 +388,7 @@ pub struct Profile {
     /// Process titles of the server's engine processes (see [`ServerSpec::engine_titles`]).
     pub engine_titles: Vec<Regex>,
     pub metrics: Option<MetricsSpec>,
+    pub history: HistorySpec,
     pub prefixes: Vec<Prefix>,
     pub rules: Vec<Rule>,
     /// All rule patterns in one set: one pass finds the first matching rule. Byte-oriented and ASCII-only
@@ -361,6 +449,7 @@ impl Profile {
             cmd: CmdSpec::default(),
             engine_titles: vec![],
             metrics: None,
+            history: HistorySpec::default(),
             prefixes: vec![],
             rules: vec![],
             rule_set: std::sync::OnceLock::new(),
@@ -448,6 +537,13 @@ impl Profile {
             }
             self.metrics = Some(m.clone());
         }
+        for v in &f.history.versions {
+            re(origin, &format!("history version '{}'", v.name), &v.regex)?;
+        }
+        for a in &f.history.args_line {
+            re(origin, "history args_line", a)?;
+        }
+        self.history.extend_front(&f.history);
         let mut prefixes = Vec::new();
         for p in &f.prefix {
             let time = match &p.time {

@@ -236,6 +236,9 @@ mod tests {
             progress: None,
             exit: None,
             elapsed_ms: Some(1000),
+            baseline: None,
+            slow: vec![],
+            changes: vec![],
             degraded: None,
         }
     }

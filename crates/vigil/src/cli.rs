@@ -105,6 +105,16 @@ pub(crate) struct RemoteFlags {
 }
 
 #[derive(Subcommand)]
+pub(crate) enum HistoryCmd {
+    /// Reads old server logs into the history (phase durations from their timestamps).
+    Import {
+        /// Server log files (any size; their own timestamps give the phase durations).
+        #[arg(required = true, value_name = "LOG")]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
 pub(crate) enum Cmd {
     /// Offline post-mortem of server logs: phase timeline, verdict, cause, evidence, hint.
     #[command(after_long_help = help::DIAGNOSE)]
@@ -285,6 +295,28 @@ pub(crate) enum Cmd {
         /// Write vigil.1, vigil-up.1, ... into DIR (created if missing) instead of printing vigil.1.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+    },
+    /// Past startups (newest last), per-phase medians and spread; `history import LOG…` fills it from old logs.
+    #[command(after_long_help = help::HISTORY, args_conflicts_with_subcommands = true)]
+    History {
+        /// Only the startups of this run (or imported log) name.
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+        /// JSON lines: name, key, verdict, total_ms, phases (phase → ms), and more.
+        #[arg(long, help_heading = help::OUTPUT)]
+        json: bool,
+        #[command(subcommand)]
+        sub: Option<HistoryCmd>,
+    },
+    /// The startup as a picture: a lane per rank, a bar per phase, the history's median, the verdict.
+    #[command(after_long_help = help::TIMELINE)]
+    Timeline {
+        /// A run of `vigil up` (its log), or a server log file.
+        #[arg(value_name = "NAME|LOG")]
+        target: String,
+        /// Write a standalone SVG to FILE instead of the terminal rendering.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
     },
     /// Internal: the keeper process of a run (started by `vigil up`, not by hand).
     #[command(name = "__keeper", hide = true)]

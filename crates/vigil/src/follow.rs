@@ -97,6 +97,12 @@ impl Waker {
     }
 }
 
+/// Is the path on a network filesystem (the history store keeps off those: SQLite's locks)?
+pub fn network_fs_path(p: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).is_ok_and(|c| network_fs(&c))
+}
+
 /// Is the directory on a network filesystem, where inotify does not see other hosts' writes?
 fn network_fs(dir: &std::ffi::CStr) -> bool {
     // SAFETY: statfs fills a zeroed struct from a NUL-terminated path.

@@ -30,6 +30,8 @@ pub struct GgufInfo {
     pub output_bytes: u64,
     pub block_bytes: Vec<u64>,
     pub tensor_bytes_known: bool,
+    /// Where the header (metadata and tensor table) ends: what `history` hashes as the model's config.
+    pub header_end: u64,
 }
 
 #[derive(Debug)]
@@ -270,6 +272,7 @@ pub fn read(path: &Path) -> Result<GgufInfo, GgufError> {
             }
         }
     }
+    info.header_end = r.pos;
     let data_start = r.pos.div_ceil(alignment) * alignment;
     if known {
         info.expected_size = Some(data_start + end);

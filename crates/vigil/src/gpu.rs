@@ -60,6 +60,22 @@ impl Reader {
         Err("GPU checks skipped: no NVML library (libnvidia-ml.so.1) and no nvidia-smi".into())
     }
 
+    /// The first GPU's model name and the number of GPUs, for the startup history's key.
+    pub fn model_and_count(&self) -> Option<(String, u32)> {
+        match self {
+            Reader::Nvml(n) => {
+                let count = n.device_count().ok()?;
+                let name = n.device_by_index(0).ok()?.name().ok()?;
+                Some((name, count))
+            }
+            Reader::Smi => {
+                let out = smi(&["--query-gpu=name", "--format=csv,noheader"]).ok()?;
+                let names: Vec<&str> = out.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+                Some((names.first()?.to_string(), names.len() as u32))
+            }
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Reader::Nvml(_) => "nvml",

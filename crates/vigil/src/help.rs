@@ -81,6 +81,25 @@ Examples:
   # its log through a command, a longer deadline, 20 minutes for CUDA graph capture
   vigil wait --log-cmd 'kubectl logs -f sglang-0' --url http://10.0.0.5:30000/health --timeout 90m --stall cuda_graphs=20m";
 
+pub const TIMELINE: &str = "\
+Examples:
+  # on a terminal: one row per rank, the lagging rank marked
+  vigil timeline kimi
+  # a standalone SVG of an old log, to attach to a bug report
+  vigil timeline /var/log/sglang/node0.log --svg startup.svg";
+
+pub const HISTORY: &str = "\
+Examples:
+  # past startups of one run, newest last, then per-phase medians and spread
+  vigil history kimi
+  # JSON lines (name, key, verdict, total_ms, phases) for a dashboard
+  vigil history --json
+  # a team's old logs count from day one
+  vigil history import /var/log/sglang/*.log
+
+Every startup that up, wait and watch follow is recorded (SQLite, ~/.local/state/vigil/history.db or
+$VIGIL_HISTORY; kept on a local path when the state directory is on NFS). See docs/history.md.";
+
 pub const WATCH: &str = "\
 Examples:
   # after ready: health probes, a real completion every minute, the log, the process

@@ -15,6 +15,7 @@ mod gguf;
 mod gpu;
 mod gpu_health;
 mod help;
+mod history;
 mod hosts;
 mod keeper;
 mod kprobe;
@@ -34,6 +35,7 @@ mod settings;
 mod signals;
 use signals::install_interrupt_handlers;
 mod tables;
+mod timeline;
 mod tls;
 mod tree;
 mod up;
@@ -93,7 +95,10 @@ fn run(cli: Cli) -> Result<i32, CliError> {
     if let Cmd::Man { dir } = &cli.cmd {
         return help::man(Cli::command(), dir.as_deref());
     }
-    if !matches!(cli.cmd, Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. }) {
+    if !matches!(
+        cli.cmd,
+        Cmd::Diagnose { .. } | Cmd::Profiles | Cmd::Logs { .. } | Cmd::History { .. } | Cmd::Timeline { .. }
+    ) {
         install_interrupt_handlers();
     }
     let profiles = load_profiles(&cli.profiles)?;
@@ -167,6 +172,11 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             }
             block_on(commands::check(&Nodes::Local, cmd, server, json, profiles))?
         }
+        Cmd::Timeline { target, svg } => timeline::run(&target, svg.as_deref(), &profiles),
+        Cmd::History { name, json, sub } => match sub {
+            Some(cli::HistoryCmd::Import { files }) => history::import(&files, &profiles),
+            None => history::list(name.as_deref(), json),
+        },
         Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
             tables::profiles(&profiles);

@@ -211,8 +211,9 @@ impl Reporter {
             }
             (Mode::Quiet, _) => {}
             _ if !self.judge_events_in_text => {}
-            (_, Event::Phase { phase, from, laggards, .. }) => {
+            (_, Event::Phase { phase, from, laggards, usual_ms, eta_ms, .. }) => {
                 let mut s = format!("[{:>7}] phase {} → {}", fmt_t(t_ms), from, self.paint(phase.as_str(), "1"));
+                s.push_str(&crate::history::usual_text(*usual_ms, *eta_ms));
                 if !laggards.is_empty() {
                     s.push_str(&format!("  (behind: {})", laggards.join(", ")));
                 }
@@ -275,6 +276,10 @@ impl Reporter {
                 let s = format!("[{:>7}] {} died; the server process lives", fmt_t(t_ms), d.describe());
                 self.print(&s);
             }
+            (_, Event::Slow(x)) => {
+                let s = crate::history::slow_text(x);
+                self.print(&format!("[{:>7}] {}", fmt_t(t_ms), self.paint(&s, "33")));
+            }
             (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) | (_, Event::EngineMetrics(_)) => {}
         }
     }
@@ -291,6 +296,7 @@ impl Reporter {
         if let Some(ms) = j.in_phase_ms() {
             s.push_str(&format!(" · {} in phase", fmt_ms(ms)));
         }
+        s.push_str(&crate::history::live_text(j));
         s.push_str(&format!(" · {} total", fmt_ms(t_ms)));
         if let Some(p) = probe {
             s.push_str(&format!(" · probe {p}"));
@@ -408,6 +414,7 @@ pub fn summary(r: &Report, file: Option<&str>, paint: impl Fn(&str, &str) -> Str
         })
         .collect();
     out.push(format!("  timeline: {}", tl.join(" → ")));
+    out.extend(crate::history::summary_lines(r));
     if !r.evidence.is_empty() {
         out.push("  evidence:".into());
         for l in &r.evidence {

@@ -194,3 +194,77 @@ pub fn profiles(profiles: &vigil_core::Profiles) {
         ));
     }
 }
+
+/// `vigil history`: past startups newest last (and what changed since the last good start of their key),
+/// then per key the per-phase medians and spread of the good ones; JSON: one line per startup.
+pub fn history(all: &[vigil_core::history::Startup], changes: &[Vec<vigil_core::history::Change>], json: bool) {
+    use vigil_core::Phase;
+    if json {
+        for (s, c) in all.iter().zip(changes) {
+            let line = crate::history::JsonLine { key_id: s.key.id(), startup: s, changes: c };
+            out_line(&serde_json::to_string(&line).unwrap_or_default());
+        }
+        return;
+    }
+    for (s, c) in all.iter().zip(changes) {
+        let cause = match (s.cause, s.slow.is_empty()) {
+            (Some(c), _) => format!(" ({c})"),
+            (None, false) => " (slow)".into(),
+            _ => String::new(),
+        };
+        out_line(&format!(
+            "{}  {:<16} {:<9} {:>7}  {}",
+            crate::history::fmt_time(s.started_unix_ms),
+            s.name,
+            format!("{}{cause}", s.verdict),
+            s.total_ms.map(fmt_ms).unwrap_or_else(|| "?".into()),
+            crate::history::fmt_phases(&s.phases)
+        ));
+        for x in c {
+            out_line(&format!("    changed: {}", crate::history::change_text(x)));
+        }
+    }
+    // per key: medians and spread of the good ones
+    let mut keys: Vec<&vigil_core::history::Key> = Vec::new();
+    for s in all {
+        if !keys.contains(&&s.key) {
+            keys.push(&s.key);
+        }
+    }
+    for k in keys {
+        let good: Vec<&vigil_core::history::Startup> = all.iter().filter(|s| s.key == *k && s.good()).collect();
+        if good.is_empty() {
+            continue;
+        }
+        out_line(&format!(
+            "\n{} {} on {}{} — {} good startups",
+            k.server,
+            k.model,
+            k.host,
+            if k.cold_cache { " (cold cache)" } else { "" },
+            good.len()
+        ));
+        for p in Phase::ALL {
+            let v: Vec<u64> = good.iter().filter_map(|s| s.phases.get(&p).copied()).collect();
+            if let Some(st) = vigil_core::history::PhaseStats::of(&v) {
+                out_line(&format!(
+                    "  {:<18} median {:>7}  ({} – {})",
+                    p.as_str(),
+                    fmt_ms(st.median_ms),
+                    fmt_ms(st.min_ms),
+                    fmt_ms(st.max_ms)
+                ));
+            }
+        }
+        let t: Vec<u64> = good.iter().filter_map(|s| s.total_ms).collect();
+        if let Some(st) = vigil_core::history::PhaseStats::of(&t) {
+            out_line(&format!(
+                "  {:<18} median {:>7}  ({} – {})",
+                "total",
+                fmt_ms(st.median_ms),
+                fmt_ms(st.min_ms),
+                fmt_ms(st.max_ms)
+            ));
+        }
+    }
+}

@@ -175,10 +175,14 @@ struct Sinks {
     notifier: Option<Notifier>,
     metrics: Option<Metrics>,
     verdict_file: Option<PathBuf>,
+    history: Option<crate::history::Recorder>,
 }
 
 impl Sinks {
     fn verdict(&mut self, r: &Report) {
+        if let Some(h) = &mut self.history {
+            h.finish(r);
+        }
         if let Some(m) = &self.metrics {
             m.set_verdict(r.verdict);
         }
@@ -297,6 +301,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     let wants_spec = proof::wants_speculation(&argv);
     let generate = a.generate && target.is_some() && !dummy_health;
     let (stall_all, stall_per) = parse_stalls(&a.stall);
+    let stall_phases: std::collections::BTreeSet<Phase> = stall_per.iter().map(|(p, _)| *p).collect();
     let mut cfg = JudgeConfig {
         live: true,
         require_probe: target.is_some(),
@@ -350,7 +355,40 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         }
         None => None,
     };
-    let mut sinks = Sinks { notifier, metrics: metrics.clone(), verdict_file: a.verdict_file.clone() };
+    // Startup history (docs/history.md): the judge learns usual durations, and the verdict is recorded.
+    let remote_host = a.remote.as_ref().map(|w| w.conn.dest.clone());
+    let mut history = crate::history::Recorder::new(crate::history::Setup {
+        profiles: &profiles,
+        server: server.as_deref(),
+        argv: &argv,
+        pid: a.pid,
+        name: &run_name,
+        remote_host: remote_host.as_deref(),
+        stall_phases,
+        stall_all: stall_all.is_some(),
+    });
+    history.apply(&mut judge);
+    for n in std::mem::take(&mut history.notes) {
+        rep.note(0, &n);
+    }
+    let (busy_tx, mut busy_rx) = mpsc::unbounded_channel::<String>();
+    if let (Some(pid), true) = (a.pid, has_log) {
+        let names = history.compilers();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let names = names.clone();
+                let found = tokio::task::spawn_blocking(move || crate::history::compiler_in_tree(pid, &names)).await;
+                if let Ok(Some(c)) = found {
+                    if busy_tx.send(c).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    let mut sinks =
+        Sinks { notifier, metrics: metrics.clone(), verdict_file: a.verdict_file.clone(), history: Some(history) };
 
     // Sources.
     let (tx, mut rx) = mpsc::unbounded_channel::<SourceMsg>();
@@ -525,6 +563,15 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                                 probe_timeout = Duration::from_secs_f64(k.probe_timeout_secs);
                             }
                             rep.emit(Some(ms()), &WatchEvent::Detected { server: &k.name, line: None });
+                            if let Some(h) = &mut sinks.history {
+                                h.detected(&profiles, &k.name);
+                            }
+                        }
+                    }
+                    if let Some(h) = &mut sinks.history {
+                        h.line(&raw, &mut judge);
+                        for n in std::mem::take(&mut h.notes) {
+                            rep.note(ms(), &n);
                         }
                     }
                     events = judge.feed(Fact { at: Some(ms()), input: Input::Line(Box::new(line)) });
@@ -608,6 +655,9 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 let every = if !has_log || log_says_up { a.interval } else { rare };
                 next_probe = Instant::now() + every;
             }
+            Some(c) = busy_rx.recv() => {
+                events = judge.feed(Fact { at: Some(ms()), input: Input::Compiling(c) });
+            }
             Some(h) = gpu_rx.recv() => {
                 if last_gpu.as_ref() != Some(&h) {
                     if h.host_pids && last_gpu.as_ref().is_none_or(|l| !l.host_pids) {
@@ -689,6 +739,9 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             }
             events.extend(judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) }));
         }
+        if let Some(h) = &mut sinks.history {
+            h.observe(&judge);
+        }
         let mut phase_changed = false;
         for ev in &events {
             match ev {
@@ -705,7 +758,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                         n.status(&format!("{} {phase}", server.as_deref().unwrap_or("server")));
                     }
                 }
-                Event::Progress { phase, progress } => {
+                Event::Progress { phase, progress, .. } => {
                     if let Some(n) = &sinks.notifier {
                         n.status(&format!(
                             "{} {phase} {}/{}",
@@ -716,6 +769,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     }
                 }
                 Event::Verdict(_)
+                | Event::Slow(_)
                 | Event::EngineDied(_)
                 | Event::Engine(_)
                 | Event::Evidence(_)

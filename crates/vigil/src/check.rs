@@ -5,12 +5,12 @@
 
 mod derive;
 pub mod fit;
+pub mod gguf;
 #[cfg(test)]
 mod golden;
 mod launch;
 
 use crate::error::CliError;
-use crate::gguf;
 use crate::procs;
 pub(crate) use derive::Srv;
 use serde::Serialize;

@@ -1,45 +1,26 @@
 //! vigil: brings up and watches LLM inference servers.
 
 mod check;
-use check::fit;
-mod cli;
+// The layers (docs/architecture.md): sources gather facts, the core judges, sinks render, nodes run the
+// servers, supervision drives the watch, commands are the verbs. Each module keeps its crate-root name.
 mod commands;
-mod diagnose;
-mod engine_metrics;
-mod error;
-mod events;
-mod evidence;
-mod exit;
-mod follow;
-mod gguf;
-mod gpu;
-mod gpu_health;
-mod help;
-mod history;
-mod hosts;
-mod keeper;
-mod kprobe;
-mod lines;
-mod metrics;
 mod node;
-mod notify;
-mod policy;
-mod probe;
-mod procs;
-mod proof;
-mod remote;
-mod remote_evidence;
-mod report;
-mod run;
+mod sinks;
+mod sources;
+mod supervise;
+use check::{fit, gguf};
+use commands::{diagnose, kprobe};
+use node::{keeper, remote, run, up};
+use sinks::{events, history, metrics, notify, report, tables, timeline};
+use sources::{engine_metrics, follow, gpu, gpu_health, lines, probe, procs, proof, tls, tree};
+use supervise::{evidence, hosts, policy, remote_evidence, wait};
+mod cli;
+mod error;
+mod exit;
+mod help;
 mod settings;
 mod signals;
 use signals::install_interrupt_handlers;
-mod tables;
-mod timeline;
-mod tls;
-mod tree;
-mod up;
-mod wait;
 
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};

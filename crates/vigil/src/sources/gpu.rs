@@ -339,9 +339,9 @@ mod replay {
     use super::*;
     use vigil_core::{Classifier, Fact, GpuFact, Input, Judge, JudgeConfig, Profiles, Verdict};
 
-    const NVML: &str = include_str!("../tests/gpu-captures/nvml-captures.jsonl");
-    const SMI: &str = include_str!("../tests/gpu-captures/smi-captures.txt");
-    const ZOMBIE: &str = include_str!("../tests/gpu-captures/zombie.jsonl");
+    const NVML: &str = include_str!("../../tests/gpu-captures/nvml-captures.jsonl");
+    const SMI: &str = include_str!("../../tests/gpu-captures/smi-captures.txt");
+    const ZOMBIE: &str = include_str!("../../tests/gpu-captures/zombie.jsonl");
 
     fn snap(label: &str) -> Snapshot {
         for l in NVML.lines() {

@@ -2,6 +2,9 @@
 //! machine or on every host of `--host/--hosts` (each host over its own connection, at most `--parallel`
 //! at once). `up`, `wait` and `check` reach nodes through the watch's sources and the fleet drivers.
 
+pub mod diagnose;
+pub mod kprobe;
+
 use crate::error::CliError;
 use crate::exit;
 use crate::follow::SourceMsg;

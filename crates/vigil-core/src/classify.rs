@@ -115,6 +115,28 @@ fn quote_re() -> &'static Regex {
     R.get_or_init(|| Regex::new(r"^(?:(?:> ?)+(?:\s*\|\s+)?|[A-Za-z0-9_.-]+\s+\| )").unwrap())
 }
 
+/// A syslog or journald record's own head, put before the program's line by the host's logger:
+/// `Dec 03 08:03:11 host prog[56938]: ` (RFC 3164 / `journalctl -o short`) or
+/// `2026-07-28T20:08:36.626065-04:00 host prog[1686919]: ` (RFC 3339 stamps, `-o short-iso`). The program's
+/// `[pid]` is required, so that a server's own `stamp LEVEL target: ` prefix (TGI) is never taken for one.
+fn syslog_re() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        Regex::new(
+            r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) \S+ [^\s\[\]:]+\[\d+\]: ",
+        )
+        .unwrap()
+    })
+}
+
+/// Cheap test before the regex: a syslog head starts with a month or a year and holds `]: ` early.
+fn may_have_syslog_head(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() > 20
+        && (b[0].is_ascii_uppercase() || b[0].is_ascii_digit())
+        && b[..b.len().min(120)].windows(3).any(|w| w == b"]: ")
+}
+
 fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -140,6 +162,10 @@ pub fn clean(raw: &str) -> String {
         s
     };
     let s = s.trim_end();
+    let s = match may_have_syslog_head(s).then(|| syslog_re().find(s)).flatten() {
+        Some(m) => &s[m.end()..],
+        None => s,
+    };
     let first = s.as_bytes().first().copied().unwrap_or(b' ');
     if first != b'>' && !s.contains(" | ") {
         return s.to_string();
@@ -269,6 +295,11 @@ mod tests {
         assert_eq!(clean(r"\u001b[31mERROR\u001b[0m z"), "ERROR z");
         assert_eq!(clean(">   | [2024] INFO: x"), "[2024] INFO: x");
         assert_eq!(clean("sglang_service-1  | [2026-09-22 15:00:54] x"), "[2026-09-22 15:00:54] x");
+        // syslog and journald heads (the program's [pid] is required)
+        assert_eq!(clean("Dec 03 08:03:11 kamala llama-server[56938]: slot x"), "slot x");
+        assert_eq!(clean("2026-07-28T20:08:36.626065-04:00 t0 llama-server[1686919]: [42751] y"), "[42751] y");
+        let tgi = "2024-04-15T14:03:19.035250Z ERROR shard-manager: text_generation_launcher: z";
+        assert_eq!(clean(tgi), tgi);
         assert_eq!(
             clean("Loading safetensors checkpoint shards:   0% Completed | 0/8"),
             "Loading safetensors checkpoint shards:   0% Completed | 0/8"

@@ -149,6 +149,9 @@ pub struct RuleSpec {
     pub force: bool,
     /// Where the pattern comes from (a reference note or a corpus log).
     pub source: Option<String>,
+    /// Why the rule cannot be more general, for one that matches in a single corpus log (issue #12): the
+    /// corpus test requires it there.
+    pub narrow: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +256,8 @@ pub struct Rule {
     pub terminal: bool,
     pub force: bool,
     pub source: Option<String>,
+    /// Why the rule cannot be more general (see [`RuleSpec::narrow`]).
+    pub narrow: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -447,6 +452,7 @@ impl Profile {
                 terminal: r.terminal,
                 force: r.force,
                 source: r.source.clone(),
+                narrow: r.narrow.clone(),
             };
             if matches!(rule.kind, RuleKind::Phase | RuleKind::Implies) && rule.phase.is_none() {
                 return Err(ProfileError(format!("{origin}: {what}: kind needs a phase")));

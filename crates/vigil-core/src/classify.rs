@@ -51,7 +51,9 @@ pub struct Line {
     pub level: Option<String>,
     /// Stamp in the log's own scale (milliseconds), when the prefix carried one.
     pub stamp: Option<i64>,
-    /// The line began with a recognised log prefix.
+    /// The line began with a recognised log record prefix: one with a stamp or a level. A prefix that is
+    /// only a process tag (vLLM's `(EngineCore_0 pid=N) ` on every line a process writes) does not start
+    /// a record: such a line continues the record before it, like an untagged line.
     pub prefixed: bool,
     pub hit: Option<Hit>,
 }
@@ -178,6 +180,8 @@ pub fn clean(raw: &str) -> String {
 
 struct Stripped<'a> {
     message: &'a str,
+    /// The prefix carried a stamp or a level (a record's head), not only a process tag.
+    record: bool,
     rank: Option<String>,
     level: Option<String>,
     stamp: Option<i64>,
@@ -197,7 +201,8 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
             };
             let rank = c.name("rank").map(|r| r.as_str().trim().to_string()).filter(|r| !r.is_empty());
             let level = c.name("level").map(|l| l.as_str().trim().to_string()).filter(|l| !l.is_empty());
-            return Some(Stripped { message: &s[m.end()..], rank, level, stamp });
+            let record = c.name("ts").is_some() || c.name("level").is_some();
+            return Some(Stripped { message: &s[m.end()..], record, rank, level, stamp });
         }
     }
     None
@@ -273,7 +278,7 @@ impl<'p> Classifier<'p> {
             }
         }
         let (message, rank, level, stamp, prefixed) = match stripped {
-            Some(s) => (s.message.to_string(), s.rank, s.level, s.stamp, true),
+            Some(s) => (s.message.to_string(), s.rank, s.level, s.stamp, s.record),
             None => (text.clone(), None, None, None, false),
         };
         let hit = candidates.iter().find_map(|p| match_rules(p, &message));

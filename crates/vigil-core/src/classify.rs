@@ -131,12 +131,12 @@ fn syslog_re() -> &'static Regex {
     })
 }
 
-/// Cheap test before the regex: a syslog head starts with a month or a year and holds `]: ` early.
+/// Cheap test before the regex, on fixed byte positions: `Mmm dd hh:mm:ss` or `yyyy-mm-ddThh`.
 fn may_have_syslog_head(s: &str) -> bool {
     let b = s.as_bytes();
-    b.len() > 20
-        && (b[0].is_ascii_uppercase() || b[0].is_ascii_digit())
-        && b[..b.len().min(120)].windows(3).any(|w| w == b"]: ")
+    b.len() > 24
+        && ((b[0].is_ascii_uppercase() && b[3] == b' ' && b[6] == b' ' && b[9] == b':')
+            || (b[0].is_ascii_digit() && b[4] == b'-' && b[7] == b'-' && b[10] == b'T'))
 }
 
 fn truncate(s: &str, max: usize) -> &str {
@@ -264,14 +264,15 @@ impl<'p> Classifier<'p> {
         if self.kind.is_none() && !self.forced {
             self.kind = self.profiles.list.iter().position(|p| p.detect.iter().any(|r| r.is_match(&text)));
         }
-        let generic = self.profiles.generic();
-        let candidates: Vec<&Profile> = match self.kind {
-            Some(i) => vec![&self.profiles.list[i], generic],
-            None => self.profiles.list.iter().collect(),
+        // The detected kind and the framework layer, else every profile in order (no allocation per line).
+        let (pair, all): (Option<[&Profile; 2]>, &[Profile]) = match self.kind {
+            Some(i) => (Some([&self.profiles.list[i], self.profiles.generic()]), &[]),
+            None => (None, &self.profiles.list),
         };
+        let candidates = || pair.into_iter().flatten().chain(all.iter());
         // The prefix comes from the first candidate whose prefix matches.
         let mut stripped = None;
-        for p in &candidates {
+        for p in candidates() {
             if let Some(s) = strip_prefix(p, &text) {
                 stripped = Some(s);
                 break;
@@ -281,7 +282,7 @@ impl<'p> Classifier<'p> {
             Some(s) => (s.message.to_string(), s.rank, s.level, s.stamp, s.record),
             None => (text.clone(), None, None, None, false),
         };
-        let hit = candidates.iter().find_map(|p| match_rules(p, &message));
+        let hit = candidates().find_map(|p| match_rules(p, &message));
         Line { text: truncate(&text, MAX_EVIDENCE_LEN).to_string(), message, rank, level, stamp, prefixed, hit }
     }
 }

@@ -315,6 +315,17 @@ fn re(origin: &str, what: &str, s: &str) -> Result<Regex, ProfileError> {
     })
 }
 
+/// A log-prefix regex, ASCII-only where the pattern allows it: `\d`, `\w` and `\s` on ASCII make the
+/// NFA a fraction of its Unicode size, and the captures of a prefix are read on every line (the
+/// backtracker clears a visited set the size of NFA × prefix on each search). A pattern that could then
+/// match invalid UTF-8 (a negated class, `.`) keeps Unicode.
+fn prefix_re(origin: &str, s: &str) -> Result<Regex, ProfileError> {
+    match regex::RegexBuilder::new(s).unicode(false).build() {
+        Ok(r) => Ok(r),
+        Err(_) => re(origin, "prefix", s),
+    }
+}
+
 fn phase(origin: &str, what: &str, s: &Option<String>) -> Result<Option<Phase>, ProfileError> {
     match s {
         None => Ok(None),
@@ -424,7 +435,7 @@ impl Profile {
                         .ok_or_else(|| ProfileError(format!("{origin}: prefix: unknown time format '{t}'")))?,
                 ),
             };
-            prefixes.push(Prefix { re: re(origin, "prefix", &p.regex)?, time });
+            prefixes.push(Prefix { re: prefix_re(origin, &p.regex)?, time });
         }
         let mut rules = Vec::new();
         for r in &f.rule {

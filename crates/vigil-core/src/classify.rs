@@ -327,6 +327,19 @@ mod tests {
     }
 
     #[test]
+    fn a_process_tag_alone_continues_the_record_before_it() {
+        let p = Profiles::builtin();
+        let mut c = Classifier::new(&p, Some("vllm"));
+        let rec = c.classify(
+            "(EngineCore_0 pid=3045) INFO 09-16 01:38:51 [default_loader.py:262] Loading weights took 3.35 seconds",
+        );
+        assert!(rec.prefixed && !rec.is_continuation());
+        // the second line of a multi-line message: the process tag, no stamp, no level
+        let cont = c.classify("(EngineCore_0 pid=1518379) ', please check the stack trace above for the root cause");
+        assert!(!cont.prefixed && cont.is_continuation());
+    }
+
+    #[test]
     fn detects_kind() {
         let p = Profiles::builtin();
         let mut c = Classifier::new(&p, None);

@@ -340,6 +340,17 @@ mod tests {
     }
 
     #[test]
+    fn vllm_worker_tags_name_their_ranks() {
+        let p = Profiles::builtin();
+        let mut c = Classifier::new(&p, Some("vllm"));
+        let l = c.classify("(Worker_DP1_TP6_EP14 pid=51857) INFO 07-23 02:43:59 [weight_utils.py:856] Prefetching checkpoint files: 80% (9/11)");
+        assert_eq!(l.rank.as_deref(), Some("Worker_DP1_TP6_EP14"));
+        assert_eq!(l.hit.unwrap().phase, Some(Phase::Weights));
+        let l = c.classify("(VllmWorker TP1 pid=7) INFO 05-01 10:00:00 [gpu_worker.py:1] x");
+        assert_eq!(l.rank.as_deref(), Some("VllmWorker TP1"));
+    }
+
+    #[test]
     fn detects_kind() {
         let p = Profiles::builtin();
         let mut c = Classifier::new(&p, None);

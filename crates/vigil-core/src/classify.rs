@@ -51,7 +51,9 @@ pub struct Line {
     pub level: Option<String>,
     /// Stamp in the log's own scale (milliseconds), when the prefix carried one.
     pub stamp: Option<i64>,
-    /// The line began with a recognised log prefix.
+    /// The line began with a recognised log record prefix: one with a stamp or a level. A prefix that is
+    /// only a process tag (vLLM's `(EngineCore_0 pid=N) ` on every line a process writes) does not start
+    /// a record: such a line continues the record before it, like an untagged line.
     pub prefixed: bool,
     pub hit: Option<Hit>,
 }
@@ -115,6 +117,28 @@ fn quote_re() -> &'static Regex {
     R.get_or_init(|| Regex::new(r"^(?:(?:> ?)+(?:\s*\|\s+)?|[A-Za-z0-9_.-]+\s+\| )").unwrap())
 }
 
+/// A syslog or journald record's own head, put before the program's line by the host's logger:
+/// `Dec 03 08:03:11 host prog[56938]: ` (RFC 3164 / `journalctl -o short`) or
+/// `2026-07-28T20:08:36.626065-04:00 host prog[1686919]: ` (RFC 3339 stamps, `-o short-iso`). The program's
+/// `[pid]` is required, so that a server's own `stamp LEVEL target: ` prefix (TGI) is never taken for one.
+fn syslog_re() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        Regex::new(
+            r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) \S+ [^\s\[\]:]+\[\d+\]: ",
+        )
+        .unwrap()
+    })
+}
+
+/// Cheap test before the regex, on fixed byte positions: `Mmm dd hh:mm:ss` or `yyyy-mm-ddThh`.
+fn may_have_syslog_head(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() > 24
+        && ((b[0].is_ascii_uppercase() && b[3] == b' ' && b[6] == b' ' && b[9] == b':')
+            || (b[0].is_ascii_digit() && b[4] == b'-' && b[7] == b'-' && b[10] == b'T'))
+}
+
 fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -140,6 +164,10 @@ pub fn clean(raw: &str) -> String {
         s
     };
     let s = s.trim_end();
+    let s = match may_have_syslog_head(s).then(|| syslog_re().find(s)).flatten() {
+        Some(m) => &s[m.end()..],
+        None => s,
+    };
     let first = s.as_bytes().first().copied().unwrap_or(b' ');
     if first != b'>' && !s.contains(" | ") {
         return s.to_string();
@@ -152,6 +180,8 @@ pub fn clean(raw: &str) -> String {
 
 struct Stripped<'a> {
     message: &'a str,
+    /// The prefix carried a stamp or a level (a record's head), not only a process tag.
+    record: bool,
     rank: Option<String>,
     level: Option<String>,
     stamp: Option<i64>,
@@ -171,7 +201,8 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
             };
             let rank = c.name("rank").map(|r| r.as_str().trim().to_string()).filter(|r| !r.is_empty());
             let level = c.name("level").map(|l| l.as_str().trim().to_string()).filter(|l| !l.is_empty());
-            return Some(Stripped { message: &s[m.end()..], rank, level, stamp });
+            let record = c.name("ts").is_some() || c.name("level").is_some();
+            return Some(Stripped { message: &s[m.end()..], record, rank, level, stamp });
         }
     }
     None
@@ -233,24 +264,25 @@ impl<'p> Classifier<'p> {
         if self.kind.is_none() && !self.forced {
             self.kind = self.profiles.list.iter().position(|p| p.detect.iter().any(|r| r.is_match(&text)));
         }
-        let generic = self.profiles.generic();
-        let candidates: Vec<&Profile> = match self.kind {
-            Some(i) => vec![&self.profiles.list[i], generic],
-            None => self.profiles.list.iter().collect(),
+        // The detected kind and the framework layer, else every profile in order (no allocation per line).
+        let (pair, all): (Option<[&Profile; 2]>, &[Profile]) = match self.kind {
+            Some(i) => (Some([&self.profiles.list[i], self.profiles.generic()]), &[]),
+            None => (None, &self.profiles.list),
         };
+        let candidates = || pair.into_iter().flatten().chain(all.iter());
         // The prefix comes from the first candidate whose prefix matches.
         let mut stripped = None;
-        for p in &candidates {
+        for p in candidates() {
             if let Some(s) = strip_prefix(p, &text) {
                 stripped = Some(s);
                 break;
             }
         }
         let (message, rank, level, stamp, prefixed) = match stripped {
-            Some(s) => (s.message.to_string(), s.rank, s.level, s.stamp, true),
+            Some(s) => (s.message.to_string(), s.rank, s.level, s.stamp, s.record),
             None => (text.clone(), None, None, None, false),
         };
-        let hit = candidates.iter().find_map(|p| match_rules(p, &message));
+        let hit = candidates().find_map(|p| match_rules(p, &message));
         Line { text: truncate(&text, MAX_EVIDENCE_LEN).to_string(), message, rank, level, stamp, prefixed, hit }
     }
 }
@@ -269,6 +301,11 @@ mod tests {
         assert_eq!(clean(r"\u001b[31mERROR\u001b[0m z"), "ERROR z");
         assert_eq!(clean(">   | [2024] INFO: x"), "[2024] INFO: x");
         assert_eq!(clean("sglang_service-1  | [2026-09-22 15:00:54] x"), "[2026-09-22 15:00:54] x");
+        // syslog and journald heads (the program's [pid] is required)
+        assert_eq!(clean("Dec 03 08:03:11 kamala llama-server[56938]: slot x"), "slot x");
+        assert_eq!(clean("2026-07-28T20:08:36.626065-04:00 t0 llama-server[1686919]: [42751] y"), "[42751] y");
+        let tgi = "2024-04-15T14:03:19.035250Z ERROR shard-manager: text_generation_launcher: z";
+        assert_eq!(clean(tgi), tgi);
         assert_eq!(
             clean("Loading safetensors checkpoint shards:   0% Completed | 0/8"),
             "Loading safetensors checkpoint shards:   0% Completed | 0/8"
@@ -287,6 +324,30 @@ mod tests {
         let l = c.classify("[2026-05-01 10:00:00 TP1] INFO model_runner.py:123: Load weight begin. avail mem=70.00 GB");
         assert_eq!(l.rank.as_deref(), Some("TP1"));
         assert_eq!(l.hit.unwrap().phase, Some(Phase::Weights));
+    }
+
+    #[test]
+    fn a_process_tag_alone_continues_the_record_before_it() {
+        let p = Profiles::builtin();
+        let mut c = Classifier::new(&p, Some("vllm"));
+        let rec = c.classify(
+            "(EngineCore_0 pid=3045) INFO 09-16 01:38:51 [default_loader.py:262] Loading weights took 3.35 seconds",
+        );
+        assert!(rec.prefixed && !rec.is_continuation());
+        // the second line of a multi-line message: the process tag, no stamp, no level
+        let cont = c.classify("(EngineCore_0 pid=1518379) ', please check the stack trace above for the root cause");
+        assert!(!cont.prefixed && cont.is_continuation());
+    }
+
+    #[test]
+    fn vllm_worker_tags_name_their_ranks() {
+        let p = Profiles::builtin();
+        let mut c = Classifier::new(&p, Some("vllm"));
+        let l = c.classify("(Worker_DP1_TP6_EP14 pid=51857) INFO 07-23 02:43:59 [weight_utils.py:856] Prefetching checkpoint files: 80% (9/11)");
+        assert_eq!(l.rank.as_deref(), Some("Worker_DP1_TP6_EP14"));
+        assert_eq!(l.hit.unwrap().phase, Some(Phase::Weights));
+        let l = c.classify("(VllmWorker TP1 pid=7) INFO 05-01 10:00:00 [gpu_worker.py:1] x");
+        assert_eq!(l.rank.as_deref(), Some("VllmWorker TP1"));
     }
 
     #[test]

@@ -258,6 +258,9 @@ pub struct RuleSpec {
     pub force: bool,
     /// Where the pattern comes from (a reference note or a corpus log).
     pub source: Option<String>,
+    /// Why the rule cannot be more general, for one that matches in a single corpus log (issue #12): the
+    /// corpus test requires it there.
+    pub narrow: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -362,6 +365,8 @@ pub struct Rule {
     pub terminal: bool,
     pub force: bool,
     pub source: Option<String>,
+    /// Why the rule cannot be more general (see [`RuleSpec::narrow`]).
+    pub narrow: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -421,6 +426,17 @@ fn re(origin: &str, what: &str, s: &str) -> Result<Regex, ProfileError> {
         let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
         ProfileError(format!("{origin}: bad regex in {what}: {first}"))
     })
+}
+
+/// A log-prefix regex, ASCII-only where the pattern allows it: `\d`, `\w` and `\s` on ASCII make the
+/// NFA a fraction of its Unicode size, and the captures of a prefix are read on every line (the
+/// backtracker clears a visited set the size of NFA × prefix on each search). A pattern that could then
+/// match invalid UTF-8 (a negated class, `.`) keeps Unicode.
+fn prefix_re(origin: &str, s: &str) -> Result<Regex, ProfileError> {
+    match regex::RegexBuilder::new(s).unicode(false).build() {
+        Ok(r) => Ok(r),
+        Err(_) => re(origin, "prefix", s),
+    }
 }
 
 fn phase(origin: &str, what: &str, s: &Option<String>) -> Result<Option<Phase>, ProfileError> {
@@ -553,7 +569,7 @@ impl Profile {
                         .ok_or_else(|| ProfileError(format!("{origin}: prefix: unknown time format '{t}'")))?,
                 ),
             };
-            prefixes.push(Prefix { re: re(origin, "prefix", &p.regex)?, time });
+            prefixes.push(Prefix { re: prefix_re(origin, &p.regex)?, time });
         }
         let mut rules = Vec::new();
         for r in &f.rule {
@@ -581,6 +597,7 @@ impl Profile {
                 terminal: r.terminal,
                 force: r.force,
                 source: r.source.clone(),
+                narrow: r.narrow.clone(),
             };
             if matches!(rule.kind, RuleKind::Phase | RuleKind::Implies) && rule.phase.is_none() {
                 return Err(ProfileError(format!("{origin}: {what}: kind needs a phase")));

@@ -468,6 +468,9 @@ pub struct Recorder {
     done: bool,
     store: Option<Store>,
     pub notes: Vec<String>,
+    /// Config hashes by path, read once: the key is made at start and again at the verdict, and hashing a
+    /// GGUF header (its whole vocabulary) there would delay the verdict by milliseconds.
+    hashes: std::cell::RefCell<BTreeMap<PathBuf, Option<String>>>,
 }
 
 #[derive(Clone)]
@@ -550,6 +553,7 @@ impl Recorder {
             done: false,
             store,
             notes,
+            hashes: Default::default(),
             spec,
             env,
         };
@@ -609,6 +613,10 @@ impl Recorder {
     }
 
     /// The key and facts, once the server kind and the model are known.
+    fn hash(&self, p: &Path) -> Option<String> {
+        self.hashes.borrow_mut().entry(p.to_path_buf()).or_insert_with(|| config_hash(p)).clone()
+    }
+
     fn made(&self) -> Option<Made> {
         let server = self.server.clone()?;
         let args = self.args();
@@ -632,13 +640,13 @@ impl Recorder {
             }
         }
         if local_ok {
-            if let Some(h) = config_hash(local) {
+            if let Some(h) = self.hash(local) {
                 facts.insert("config:model".into(), h);
             }
         }
         for g in &self.spec.draft_flags {
             if let Some(d) = args.get(&first_of(g)) {
-                if let Some(h) = config_hash(Path::new(d)) {
+                if let Some(h) = self.hash(Path::new(d)) {
                     facts.insert("config:draft".into(), h);
                 }
             }

@@ -38,7 +38,40 @@ pub fn all_procs() -> Vec<Proc> {
 }
 
 /// Live (non-zombie) descendants of `root`, not including it.
+/// Every live descendant of `root`. Read through the kernel's `/proc/PID/task/TID/children` lists (a few
+/// small reads for a server's tree, whatever the machine runs), else by scanning every process (kernels
+/// without CONFIG_PROC_CHILDREN). Watches sample the tree every second or two: on a node with thousands of
+/// processes the scan was most of vigil's CPU while waiting.
 pub fn descendants(root: i32) -> Vec<i32> {
+    static CHILDREN_FILES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *CHILDREN_FILES.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists()) {
+        descendants_by_children(root)
+    } else {
+        descendants_by_scan(root)
+    }
+}
+
+fn descendants_by_children(root: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    let mut seen = BTreeSet::new();
+    while let Some(p) = stack.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        for t in tasks.flatten() {
+            let Ok(b) = read_small(&t.path().join("children"), 1 << 20) else { continue };
+            for c in String::from_utf8_lossy(&b).split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                // a zombie is dead for every caller (its parent has not reaped it yet)
+                if read_proc(c).is_some_and(|x| x.state != 'Z' && x.state != 'X') && seen.insert(c) {
+                    out.push(c);
+                    stack.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn descendants_by_scan(root: i32) -> Vec<i32> {
     let procs = all_procs();
     let mut kids: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
     for p in &procs {
@@ -399,6 +432,32 @@ pub fn output_within(mut cmd: std::process::Command, deadline: Duration) -> std:
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// The kernel's children lists and a scan of every process find the same tree.
+    #[test]
+    fn both_ways_of_finding_descendants_agree() {
+        let mut sh = std::process::Command::new("sh").args(["-c", "sleep 30 & sleep 30 & wait"]).spawn().unwrap();
+        let pid = sh.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while descendants_by_scan(pid).len() < 2 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let mut a = descendants_by_scan(pid);
+        let mut b = descendants(pid);
+        let mut c = descendants_by_children(pid);
+        a.sort();
+        b.sort();
+        c.sort();
+        let _ = sh.kill();
+        for x in &a {
+            signal(*x, libc::SIGKILL);
+        }
+        let _ = sh.wait();
+        assert_eq!(a.len(), 2, "{a:?}");
+        assert_eq!((&a, &a), (&b, &c));
+    }
+
     /// Netlink's answer equals /proc's for a socket this test listens on.
     #[test]
     fn sock_diag_agrees_with_proc() {
@@ -413,8 +472,6 @@ mod tests {
             None => eprintln!("SKIP: netlink sock_diag unavailable"),
         }
     }
-
-    use super::*;
 
     #[test]
     fn own_process_facts() {

@@ -119,7 +119,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Cmd::Status { json } => block_on(commands::status(&Nodes::Local, json, &profiles))?,
         Cmd::Logs { name, follow, lines } => block_on(commands::logs(&Nodes::Local, name, follow, lines))?,
-        Cmd::Dump { name, pid, json } => evidence::dump(name, pid, json),
+        Cmd::Dump { name, pid, json } => block_on(commands::dump(&Nodes::Local, name, pid, json))?,
         Cmd::Ps { json } => block_on(commands::ps(&Nodes::Local, json, &profiles))?,
         Cmd::Gpu { json } => {
             let reader = match gpu::Reader::open() {
@@ -197,7 +197,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
         Cmd::Status { json } => rt.block_on(commands::status(&Nodes::Remote(hs), json, &profiles)),
         Cmd::Logs { name, follow, lines } => rt.block_on(commands::logs(&Nodes::Remote(hs), name, follow, lines)),
         Cmd::Ps { json } => rt.block_on(commands::ps(&Nodes::Remote(hs), json, &profiles)),
-        Cmd::Dump { name: Some(name), pid: None, json } => rt.block_on(remote_evidence::dump(hs, name, json)),
+        Cmd::Dump { name, pid, json } => rt.block_on(commands::dump(&Nodes::Remote(hs), name, pid, json)),
         Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
             if let Some(b) = gpu_mem {

@@ -250,3 +250,27 @@ pub async fn check(
     crate::tables::check(&rep, json);
     Ok(if rep.errors() > 0 { exit::CHECK_FAILED } else { exit::READY })
 }
+
+/// `vigil dump NAME`: where every process of a run's server is now, captured on its node (this machine or
+/// one host) and saved with the run; `--pid` captures a local tree vigil did not start.
+pub async fn dump(nodes: &Nodes, name: Option<String>, pid: Option<i32>, json: bool) -> Result<i32, CliError> {
+    let name = match (name, pid, nodes) {
+        (None, Some(p), Nodes::Local) => return crate::evidence::dump_pid(p, json),
+        (_, Some(_), Nodes::Remote(_)) => return Err(CliError::usage("dump --host: give a run NAME (--pid is local)")),
+        (Some(n), _, _) => n,
+        (None, None, _) => return Err(CliError::usage("dump: give a run NAME or --pid PID")),
+    };
+    crate::run::valid_name(&name)?;
+    let node = match nodes {
+        Nodes::Local => AnyNode::Local(LocalNode::default()),
+        Nodes::Remote(hs) if hs.list.len() == 1 => AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?),
+        Nodes::Remote(_) => return Err(CliError::usage("dump: give one --host")),
+    };
+    let (ev, secrets) = node.evidence(&name).await?;
+    let mut rep = Reporter::new(json, false);
+    for s in &secrets {
+        rep.add_secret(s);
+    }
+    rep.event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
+    Ok(exit::READY)
+}

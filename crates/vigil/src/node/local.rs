@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
+use vigil_core::evidence::Evidence;
 use vigil_core::judge::fmt_ms;
 use vigil_core::{Profiles, Report, Verdict};
 
@@ -246,6 +247,22 @@ impl Node for LocalNode {
         })
         .await
         .map_err(|e| CliError::Internal(format!("check: {e}")))?
+    }
+
+    async fn evidence(&self, name: &str) -> Result<(Evidence, Vec<String>), CliError> {
+        let (dir, _) = run::load(name)?;
+        let pid = read_state(&dir)
+            .and_then(|s| s.server_pid)
+            .filter(|p| procs::alive(*p))
+            .ok_or_else(|| CliError::usage(format!("dump: run {name} has no live server process")))?;
+        let secrets = run::secret_values(&run::stored_secrets(name, None));
+        let dir = crate::evidence::dir_for(Some(&dir), pid);
+        let s = secrets.clone();
+        // py-spy and eu-stack are child processes with their own bounds: on a blocking thread
+        let ev = tokio::task::spawn_blocking(move || crate::evidence::gather(pid, &dir, &s))
+            .await
+            .map_err(|e| CliError::Internal(format!("dump: {e}")))?;
+        Ok((ev, secrets))
     }
 
     fn record_startup(&self, name: &str, r: &Report) {

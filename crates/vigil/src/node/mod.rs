@@ -21,6 +21,7 @@ use crate::wait;
 use serde::Serialize;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
+use vigil_core::evidence::Evidence;
 use vigil_core::{Profiles, Report};
 
 pub use local::LocalNode;
@@ -108,6 +109,9 @@ pub trait Node {
     async fn wait_exit(&self, run: &str) -> String;
     /// Keeps the report of a run's startup with the run (local: `startup.json`).
     fn record_startup(&self, run: &str, r: &Report);
+    /// Where every process of a run's server is now (stacks, wait channels, NCCL dumps), captured on the
+    /// node and saved with the run; with the secrets that output of it must hide.
+    async fn evidence(&self, run: &str) -> Result<(Evidence, Vec<String>), CliError>;
     /// The preflight check of a server command against this node: its model files, port and GPUs.
     async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError>;
 }
@@ -163,6 +167,9 @@ impl Node for AnyNode {
     }
     fn record_startup(&self, run: &str, r: &Report) {
         each!(self, n => n.record_startup(run, r))
+    }
+    async fn evidence(&self, run: &str) -> Result<(Evidence, Vec<String>), CliError> {
+        each!(self, n => n.evidence(run).await)
     }
     async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError> {
         each!(self, n => n.check(argv, kind, profiles).await)

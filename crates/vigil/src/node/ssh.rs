@@ -15,6 +15,7 @@ use crate::wait;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
+use vigil_core::evidence::Evidence;
 use vigil_core::judge::fmt_ms;
 use vigil_core::{Profiles, Report};
 
@@ -250,6 +251,12 @@ impl Node for SshNode {
     }
 
     fn record_startup(&self, _run: &str, _r: &Report) {}
+
+    async fn evidence(&self, name: &str) -> Result<(Evidence, Vec<String>), CliError> {
+        let secrets = crate::run::secret_values(&crate::run::stored_secrets(name, Some(&self.conn.dest)));
+        let ev = crate::remote_evidence::capture(&self.conn, name, &secrets).await.map_err(CliError::usage)?;
+        Ok((ev, secrets))
+    }
 
     async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError> {
         crate::hosts::check_report(&self.conn, argv, kind, &[], profiles).await

@@ -291,28 +291,14 @@ pub async fn at_verdict(
     rep.event(t_ms, &vigil_core::Event::Evidence(Box::new(ev)));
 }
 
-/// `vigil dump NAME` / `vigil dump --pid PID`: captures now and prints where every process is.
-pub fn dump(name: Option<String>, pid: Option<i32>, json: bool) -> Result<i32, crate::error::CliError> {
+/// `vigil dump --pid PID`: the evidence of a process tree vigil did not start, saved under the state
+/// directory. (A run's evidence comes through its node: `commands::dump`.)
+pub fn dump_pid(p: i32, json: bool) -> Result<i32, crate::error::CliError> {
     use crate::error::CliError;
-    let (root, run_dir, secrets) = match (name, pid) {
-        (Some(n), _) => {
-            let (dir, _rec) = crate::run::load(&n)?;
-            let st: crate::run::State = crate::run::read_json(&dir.join("state.json")).unwrap_or_default();
-            let pid = st
-                .server_pid
-                .filter(|p| crate::procs::alive(*p))
-                .ok_or_else(|| CliError::usage(format!("dump: run {n} has no live server process")))?;
-            (pid, Some(dir), crate::run::secret_values(&crate::run::stored_secrets(&n, None)))
-        }
-        (None, Some(p)) if p > 0 && crate::procs::alive(p) => (p, None, vec![]),
-        (None, Some(p)) => return Err(CliError::usage(format!("dump --pid {p}: no such live process"))),
-        (None, None) => return Err(CliError::usage("dump: give a run NAME or --pid PID")),
-    };
-    let mut rep = crate::report::Reporter::new(json, false);
-    for s in &secrets {
-        rep.add_secret(s);
+    if p <= 0 || !crate::procs::alive(p) {
+        return Err(CliError::usage(format!("dump --pid {p}: no such live process")));
     }
-    let ev = gather(root, &dir_for(run_dir.as_deref(), root), &secrets);
-    rep.event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
+    let ev = gather(p, &dir_for(None, p), &[]);
+    crate::report::Reporter::new(json, false).event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
     Ok(0)
 }

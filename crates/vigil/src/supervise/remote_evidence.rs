@@ -165,22 +165,3 @@ pub async fn capture(c: &Conn, name: &str, secrets: &[String]) -> Result<Evidenc
     let _ = crate::run::write_json(&dir.join("evidence.json"), &ev);
     Ok(ev)
 }
-
-/// `vigil --host H dump NAME`.
-pub async fn dump(hs: crate::hosts::Hosts, name: String, json: bool) -> Result<i32, crate::error::CliError> {
-    use crate::error::CliError;
-    crate::run::valid_name(&name)?;
-    let [host] = hs.list.as_slice() else { return Err(CliError::usage("dump: give one --host")) };
-    let (ssh, dest) = (hs.ssh.clone(), host.clone());
-    let c = tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh))
-        .await
-        .unwrap_or_else(|e| Err(CliError::Internal(e.to_string())))?;
-    let secrets = crate::run::secret_values(&crate::run::stored_secrets(&name, Some(&c.dest)));
-    let ev = capture(&c, &name, &secrets).await.map_err(crate::error::CliError::usage)?;
-    let mut rep = crate::report::Reporter::new(json, false);
-    for s in &secrets {
-        rep.add_secret(s);
-    }
-    rep.event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
-    Ok(0)
-}

@@ -239,6 +239,41 @@ fn e2e_stalled_llama_server_evidence_has_wait_channel_and_native_frames() {
     assert!(p["at"].as_str().unwrap().contains("native `"), "{p}");
 }
 
+/// `vigil dump NAME` on a run of `vigil up` (the real llama-server, ready): one evidence event naming the
+/// server's process with its wait channel, files saved in the run's folder, and the run left running.
+#[test]
+fn e2e_dump_of_a_running_server_names_its_process_and_leaves_it_running() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("dump");
+    let port = free_port();
+    let up = |args: &[&str]| {
+        let mut c = vigil();
+        c.env("VIGIL_STATE_DIR", d.path("state"));
+        c.args(args);
+        c
+    };
+    let mut c = up(&["up", "--name", "dm", "--detach", "--no-generate", "--"]);
+    c.arg(&e.server).arg("-m").arg(e.models.join("tiny.gguf"));
+    c.args(["--host", "127.0.0.1", "--port", &port.to_string(), "-c", "256", "-t", "1"]);
+    let o = run_bounded(c, T);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path("state/runs/dm/state.json")).unwrap()).unwrap();
+    let server = st["server_pid"].as_i64().unwrap() as i32;
+    let o = run_bounded(up(&["dump", "dm", "--json"]), T);
+    let lines = json_lines(&o);
+    let alive = pid_alive(server);
+    let _ = run_bounded(up(&["down", "dm"]), T);
+    assert!(alive, "a dump does not stop the server");
+    assert_eq!(o.status.code(), Some(0), "{lines:?}");
+    let ev = lines.iter().find(|v| v["event"] == "evidence").unwrap_or_else(|| panic!("{lines:?}"));
+    let p = ev["procs"].as_array().unwrap().iter().find(|p| p["pid"] == server).unwrap_or_else(|| panic!("{ev}"));
+    assert!(!p["wchan"].as_str().unwrap_or("").is_empty(), "{p}");
+    assert!(ev["dir"].as_str().unwrap().contains("/runs/dm/"), "saved with the run: {ev}");
+    let o = run_bounded(up(&["dump", "nosuchrun"]), T);
+    assert_eq!(o.status.code(), Some(2), "an unknown run is a usage error");
+}
+
 fn pid_alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| !matches!(s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()), Some("Z") | Some("X")))

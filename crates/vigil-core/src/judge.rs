@@ -292,6 +292,10 @@ struct RankState {
     steps: u32,
     /// When each phase was entered (ms from the first timed fact; None before any time).
     entered: Vec<(Phase, Option<u64>)>,
+    /// Per phase, the time of the rank's last line in it: a rank whose last line in a phase comes long before
+    /// the next phase starts was done and waiting for the others (SGLang ranks wait for the slowest one to
+    /// load its weights before the KV cache is sized).
+    last_line: BTreeMap<Phase, u64>,
 }
 
 impl RankState {
@@ -775,9 +779,24 @@ impl Judge {
                 _ => {}
             }
         }
+        self.mark_rank_line(l.rank.as_deref());
         if progressed {
             self.last_progress = self.now;
         }
+    }
+
+    /// Keeps the time of a tagged rank's line in its current phase (after the line's own phase change).
+    fn mark_rank_line(&mut self, rank: Option<&str>) {
+        let (Some(rank), Some(at)) = (rank, self.rel(self.origin.map(|_| self.now))) else { return };
+        if let Some(r) = self.ranks.get_mut(rank) {
+            let p = r.current();
+            r.last_line.insert(p, at);
+        }
+    }
+
+    /// Per tagged rank, the time of its last line in each phase it reached.
+    pub fn rank_last_lines(&self) -> BTreeMap<String, BTreeMap<Phase, u64>> {
+        self.ranks.iter().filter(|(k, _)| !k.is_empty()).map(|(k, r)| (k.clone(), r.last_line.clone())).collect()
     }
 
     fn rank_phase(&self, rank: Option<&str>) -> Phase {

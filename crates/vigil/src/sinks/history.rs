@@ -968,6 +968,8 @@ pub fn list(name: Option<&str>, json: bool) -> Result<i32, CliError> {
 pub struct Offline {
     pub report: Report,
     pub ranks: BTreeMap<String, Vec<(Phase, Option<u64>)>>,
+    /// Per rank, its last line in each phase (the timeline shows who waited for whom).
+    pub last_lines: BTreeMap<String, BTreeMap<Phase, u64>>,
     gaps: BTreeMap<Phase, u64>,
     rates: BTreeMap<Phase, f64>,
     args: BTreeMap<String, String>,
@@ -1030,7 +1032,15 @@ pub fn read_log(path: &Path, profiles: &Profiles) -> Result<Offline, String> {
     }
     let report = o.finish(&mut |_| {});
     let j = o.judge();
-    Ok(Offline { report, ranks: j.rank_timelines(), gaps: j.gaps().clone(), rates: j.rates(), args, versions })
+    Ok(Offline {
+        report,
+        ranks: j.rank_timelines(),
+        last_lines: j.rank_last_lines(),
+        gaps: j.gaps().clone(),
+        rates: j.rates(),
+        args,
+        versions,
+    })
 }
 
 /// `vigil history import LOG…`: old logs into the store, so a team's logs count from day one.

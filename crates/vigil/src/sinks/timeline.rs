@@ -14,12 +14,17 @@ use vigil_core::{Phase, Profiles, Report, Verdict};
 /// A rank's phase entries (phase, entered at ms), as the judge gives them.
 type RankTimes = Vec<(Phase, Option<u64>)>;
 
-/// One lane: a rank's phases as (phase, start ms, end ms).
+/// One lane: a rank's phases as (phase, start ms, end ms), and the stretches where the rank had finished
+/// a phase (its last line in it) and waited for the others until the next phase began.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lane {
     pub name: String,
     pub bars: Vec<(Phase, u64, u64)>,
+    pub waits: Vec<(u64, u64)>,
 }
+
+/// Per rank, the time of its last line in each phase (`Judge::rank_last_lines`).
+pub type LastLines = BTreeMap<String, BTreeMap<Phase, u64>>;
 
 /// What is drawn.
 #[derive(Debug, Clone)]
@@ -59,8 +64,10 @@ fn natural_key(s: &str) -> Vec<(String, u64)> {
 
 /// The lane behind: the one that reached fewest phases; else the one that entered some phase latest
 /// after the first rank did, by a clear margin (1 % of the startup and at least 1 s) and at least twice
-/// as late as any other. None when no single lane stands out.
-fn lagging(lanes: &[Lane], end: u64) -> Option<usize> {
+/// as late as any other; else the one that finished some phase latest (its last line in it, the others
+/// waiting for it), by the same margin and at least 10 % later than any other. None when no single lane
+/// stands out.
+fn lagging(lanes: &[Lane], end: u64, finished: &[BTreeMap<Phase, u64>]) -> Option<usize> {
     if lanes.len() < 2 {
         return None;
     }
@@ -72,6 +79,7 @@ fn lagging(lanes: &[Lane], end: u64) -> Option<usize> {
     if !behind.is_empty() {
         return None;
     }
+    let margin = (end / 100).max(1000);
     let first: BTreeMap<Phase, u64> = lanes.iter().flat_map(|l| l.bars.iter()).fold(BTreeMap::new(), |mut m, b| {
         let e = m.entry(b.0).or_insert(b.1);
         *e = (*e).min(b.1);
@@ -80,7 +88,20 @@ fn lagging(lanes: &[Lane], end: u64) -> Option<usize> {
     let late: Vec<u64> = lanes.iter().map(|l| l.bars.iter().map(|b| b.1 - first[&b.0]).max().unwrap_or(0)).collect();
     let (i, worst) = late.iter().copied().enumerate().max_by_key(|x| x.1)?;
     let second = late.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, v)| *v).max().unwrap_or(0);
-    (worst > (end / 100).max(1000) && worst >= 2 * second).then_some(i)
+    if worst > margin && worst >= 2 * second {
+        return Some(i);
+    }
+    // finished latest: per phase, how long after the first rank to finish it each rank did
+    let earliest: BTreeMap<Phase, u64> =
+        finished.iter().flat_map(|f| f.iter()).fold(BTreeMap::new(), |mut m, (p, t)| {
+            let e = m.entry(*p).or_insert(*t);
+            *e = (*e).min(*t);
+            m
+        });
+    let late: Vec<u64> = finished.iter().map(|f| f.iter().map(|(p, t)| t - earliest[p]).max().unwrap_or(0)).collect();
+    let (i, worst) = late.iter().copied().enumerate().max_by_key(|x| x.1)?;
+    let second = late.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, v)| *v).max().unwrap_or(0);
+    (worst > margin && worst * 10 >= second * 11 && worst > second).then_some(i)
 }
 
 impl Picture {
@@ -88,26 +109,41 @@ impl Picture {
         title: String,
         report: &Report,
         ranks: &BTreeMap<String, Vec<(Phase, Option<u64>)>>,
+        last_lines: &LastLines,
         medians: BTreeMap<Phase, u64>,
     ) -> Picture {
         let end = report.elapsed_ms.unwrap_or(0);
         let tagged: Vec<(&String, &RankTimes)> =
             ranks.iter().filter(|(k, _)| !k.is_empty() || ranks.len() == 1).collect();
-        let mut lanes: Vec<Lane> = tagged
+        let mut lanes: Vec<(Lane, BTreeMap<Phase, u64>)> = tagged
             .iter()
             .map(|(name, tl)| {
                 let timed: Vec<(Phase, u64)> = tl.iter().filter_map(|(p, at)| at.map(|a| (*p, a))).collect();
-                let bars = timed
+                let bars: Vec<(Phase, u64, u64)> = timed
                     .iter()
                     .enumerate()
                     .filter(|(_, (p, _))| *p != Phase::Serving)
                     .map(|(i, (p, a))| (*p, *a, timed.get(i + 1).map_or(end, |n| n.1).max(*a)))
                     .collect();
-                Lane { name: if name.is_empty() { "server".into() } else { (*name).clone() }, bars }
+                // a finished phase whose last line came clearly before the next phase began: waiting
+                let last = last_lines.get(*name);
+                let mut finished = BTreeMap::new();
+                let mut waits = Vec::new();
+                for (k, (p, a, b)) in bars.iter().enumerate() {
+                    let (Some(t), true) = (last.and_then(|l| l.get(p)).copied(), k + 1 < bars.len()) else { continue };
+                    let done = t.clamp(*a, *b);
+                    finished.insert(*p, done);
+                    if b - done > (end / 100).max(1000) {
+                        waits.push((done, *b));
+                    }
+                }
+                let name = if name.is_empty() { "server".into() } else { (*name).clone() };
+                (Lane { name, bars, waits }, finished)
             })
-            .collect();
-        lanes.sort_by_key(|l| natural_key(&l.name));
-        let lagging = lagging(&lanes, end);
+            .collect::<Vec<_>>();
+        lanes.sort_by_key(|l| natural_key(&l.0.name));
+        let (lanes, finished): (Vec<Lane>, Vec<BTreeMap<Phase, u64>>) = lanes.into_iter().unzip();
+        let lagging = lagging(&lanes, end, &finished);
         Picture {
             title,
             lanes,
@@ -228,6 +264,17 @@ pub fn svg(p: &Picture) -> String {
                 color(*ph),
                 fmt_ms(b - a)
             );
+            for (wa, wb) in lane.waits.iter().filter(|(wa, wb)| wa >= a && wb <= b) {
+                let _ = writeln!(
+                    o,
+                    r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#ffffff" fill-opacity="0.65"><title>{ph} done, waiting {} for the other ranks</title></rect>"##,
+                    x(*wa),
+                    y + 4.0,
+                    (x(*wb) - x(*wa)).max(1.0),
+                    LANE - 8.0,
+                    fmt_ms(wb - wa)
+                );
+            }
             let mut text = ph.to_string();
             if *ph == p.verdict_phase && *b == p.end_ms {
                 if let Some(pr) = &p.progress {
@@ -289,6 +336,15 @@ pub fn svg(p: &Picture) -> String {
         );
         lx += 22.0 + 6.5 * ph.as_str().len() as f64;
     }
+    if p.lanes.iter().any(|l| !l.waits.is_empty()) {
+        let _ = writeln!(
+            o,
+            r##"<rect x="{lx:.1}" y="{:.1}" width="10" height="10" fill="#1f77b4" fill-opacity="0.3"/><text x="{:.1}" y="{:.1}" font-size="10">phase done, waiting for the other ranks</text>"##,
+            bottom + 28.0,
+            lx + 13.0,
+            bottom + 37.0
+        );
+    }
     o.push_str("</svg>\n");
     o
 }
@@ -313,6 +369,11 @@ pub fn text(p: &Picture, width: usize, color_on: bool) -> Vec<String> {
             let (s, e) = (cell(*a), cell(*b).max(cell(*a) + 1).min(cells));
             for c in row.iter_mut().take(e).skip(s) {
                 *c = ('█', Some(*ph));
+            }
+            for (wa, wb) in lane.waits.iter().filter(|(wa, wb)| wa >= a && wb <= b) {
+                for c in row.iter_mut().take(cell(*wb).min(cells)).skip(cell(*wa) + 1) {
+                    *c = ('·', None);
+                }
             }
         }
         let mut s = String::new();
@@ -414,7 +475,7 @@ pub fn run(target: &str, svg_out: Option<&Path>, profiles: &Profiles) -> Result<
     };
     let o = crate::history::read_log(&log, profiles).map_err(CliError::usage)?;
     let title = format!("{} — {}", name, o.report.server.as_deref().unwrap_or("server"));
-    let pic = Picture::new(title, &o.report, &o.ranks, medians(&name));
+    let pic = Picture::new(title, &o.report, &o.ranks, &o.last_lines, medians(&name));
     if let Some(f) = svg_out {
         std::fs::write(f, svg(&pic)).map_err(|e| CliError::usage(format!("--svg {}: {e}", f.display())))?;
         out_line(&format!("wrote {}", f.display()));
@@ -450,7 +511,7 @@ mod tests {
             }
             ranks.insert(format!("TP{i}"), tl);
         }
-        let p = Picture::new("t".into(), &report(20_000), &ranks, BTreeMap::new());
+        let p = Picture::new("t".into(), &report(20_000), &ranks, &LastLines::new(), BTreeMap::new());
         assert_eq!(p.lanes[2].name, "TP2");
         assert_eq!(p.lanes[9].name, "TP9");
         assert_eq!(p.lagging.map(|i| p.lanes[i].name.as_str()), Some("TP7"));
@@ -461,13 +522,37 @@ mod tests {
     }
 
     #[test]
+    fn the_last_to_finish_a_phase_lags_when_all_entered_the_next_together() {
+        // SGLang: every rank enters the KV-cache phase together (they wait for the slowest loader)
+        let mut ranks = BTreeMap::new();
+        let mut last = LastLines::new();
+        for i in 0..8 {
+            ranks.insert(format!("TP{i}"), vec![(Phase::Weights, Some(0)), (Phase::KvCache, Some(900_000))]);
+            let done = match i {
+                7 => 895_000,
+                0 => 778_000,
+                _ => 230_000 + i as u64 * 1000,
+            };
+            last.insert(format!("TP{i}"), BTreeMap::from([(Phase::Weights, done)]));
+        }
+        let p = Picture::new("t".into(), &report(901_000), &ranks, &last, BTreeMap::new());
+        assert_eq!(p.lagging.map(|i| p.lanes[i].name.as_str()), Some("TP7"));
+        assert_eq!(p.lanes[1].waits, vec![(231_000, 900_000)], "TP1 waited for the others");
+        assert!(p.lanes[7].waits.is_empty(), "TP7 is the one they waited for");
+        // two equally slow ranks: none stands out
+        last.get_mut("TP0").unwrap().insert(Phase::Weights, 880_000);
+        let p = Picture::new("t".into(), &report(901_000), &ranks, &last, BTreeMap::new());
+        assert_eq!(p.lagging, None);
+    }
+
+    #[test]
     fn the_last_to_reach_its_phase_lags_when_all_reached_it() {
         let mut ranks = BTreeMap::new();
         for i in 0..8 {
             let at = if i == 3 { 300_000 } else { 100_000 };
             ranks.insert(format!("TP{i}"), vec![(Phase::Weights, Some(0)), (Phase::CudaGraphs, Some(at))]);
         }
-        let p = Picture::new("t".into(), &report(400_000), &ranks, BTreeMap::new());
+        let p = Picture::new("t".into(), &report(400_000), &ranks, &LastLines::new(), BTreeMap::new());
         assert_eq!(p.lagging.map(|i| p.lanes[i].name.as_str()), Some("TP3"));
     }
 }

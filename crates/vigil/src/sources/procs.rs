@@ -302,9 +302,12 @@ pub struct StopReport {
 pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut dyn FnMut(&str, &[i32])) -> StopReport {
     let t0 = Instant::now();
     let mut all: BTreeMap<i32, (String, String)> = BTreeMap::new();
+    // Every process seen once stays in the set: a child orphaned when its parent died (reparented to
+    // init or a subreaper) is no longer a descendant, but it was part of the tree and is stopped too.
     let tree = |all: &mut BTreeMap<i32, (String, String)>| {
         let mut v = if include_root { vec![root] } else { vec![] };
         v.extend(descendants(root));
+        v.extend(all.keys().copied().filter(|p| !v.contains(p)).collect::<Vec<_>>());
         for p in v.iter().copied().filter(|p| alive(*p)) {
             all.entry(p)
                 .or_insert_with(|| (crate::follow::cmdline(p).map(|c| c.join(" ")).unwrap_or_default(), String::new()));

@@ -43,27 +43,24 @@ echo "== portable release build (glibc 2.28)"
 VIGIL_PORTABLE_BIN=$(scripts/build-portable.sh)
 export VIGIL_PORTABLE_BIN
 
-# The Kubernetes manifest in docs/kubernetes.md against the API schema, strictly (unknown fields are errors):
-# kubernetes-validate from PyPI in a cached venv keyed by its version.
+# A PyPI tool in a venv cached under $VIGIL_CACHE, keyed by its version: pip_venv DIR SPEC
+pip_venv() {
+  if [ ! -f "$1/.done" ]; then
+    echo "== $2 into $1"
+    rm -rf "$1"
+    python3 -m venv "$1"
+    "$1/bin/pip" install -q --disable-pip-version-check "$2" >&2
+    touch "$1/.done"
+  fi
+}
+# The Kubernetes manifest in docs/kubernetes.md against the API schema, strictly (unknown fields are errors).
 KV_VERSION=1.31.0
 KV_VENV=${VIGIL_CACHE:-$HOME/.cache/vigil}/venv-kubernetes-validate-$KV_VERSION
-if [ ! -f "$KV_VENV/.done" ]; then
-  echo "== kubernetes-validate $KV_VERSION into $KV_VENV"
-  rm -rf "$KV_VENV"
-  python3 -m venv "$KV_VENV"
-  "$KV_VENV/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$KV_VERSION" >&2
-  touch "$KV_VENV/.done"
-fi
-# py-spy (PyPI) for the evidence tests' Python stacks, in a cached venv keyed by its version.
+pip_venv "$KV_VENV" "kubernetes-validate==$KV_VERSION"
+# py-spy for the evidence tests' Python stacks.
 PY_SPY_VERSION=0.4.3
 PY_SPY_VENV=${VIGIL_CACHE:-$HOME/.cache/vigil}/venv-py-spy-$PY_SPY_VERSION
-if [ ! -f "$PY_SPY_VENV/.done" ]; then
-  echo "== py-spy $PY_SPY_VERSION into $PY_SPY_VENV"
-  rm -rf "$PY_SPY_VENV"
-  python3 -m venv "$PY_SPY_VENV"
-  "$PY_SPY_VENV/bin/pip" install -q --disable-pip-version-check "py-spy==$PY_SPY_VERSION" >&2
-  touch "$PY_SPY_VENV/.done"
-fi
+pip_venv "$PY_SPY_VENV" "py-spy==$PY_SPY_VERSION"
 export VIGIL_PY_SPY=$PY_SPY_VENV/bin/py-spy
 
 echo "== kubernetes-validate --strict on the manifest of docs/kubernetes.md"

@@ -878,18 +878,6 @@ fn startup_of(
     }
 }
 
-/// Compilers running in the tree of `pid`: the first one's name, if any.
-pub fn compiler_in_tree(pid: i32, names: &[String]) -> Option<String> {
-    for p in crate::procs::descendants(pid) {
-        if let Ok(b) = crate::procs::read_small(Path::new(&format!("/proc/{p}/comm")), 64) {
-            let comm = String::from_utf8_lossy(&b).trim().to_string();
-            if names.contains(&comm) {
-                return Some(comm);
-            }
-        }
-    }
-    None
-}
 
 // ---------------------------------------------------------------- `vigil history`
 

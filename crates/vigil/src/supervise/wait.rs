@@ -371,22 +371,9 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     for n in std::mem::take(&mut history.notes) {
         rep.note(0, &n);
     }
+    // compiler processes in the tree count as progress (found by the tree sampler below)
     let (busy_tx, mut busy_rx) = mpsc::unbounded_channel::<String>();
-    if let (Some(pid), true) = (a.pid, has_log) {
-        let names = history.compilers();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                let names = names.clone();
-                let found = tokio::task::spawn_blocking(move || crate::history::compiler_in_tree(pid, &names)).await;
-                if let Ok(Some(c)) = found {
-                    if busy_tx.send(c).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-    }
+    let compilers = (a.pid.is_some() && has_log).then(|| (history.compilers(), busy_tx));
     let mut sinks =
         Sinks { notifier, metrics: metrics.clone(), verdict_file: a.verdict_file.clone(), history: Some(history) };
 
@@ -430,23 +417,13 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     if let Some(w) = &a.remote {
         tokio::spawn(crate::remote::gpu_stream(w.clone(), a.gpu_interval, gpu_tx.clone()));
     }
-    if let Some(pid) = a.pid {
+    // The tree's GPU memory is read by the tree sampler below (one walk of the tree for every fact).
+    let mut gpu_reader = None;
+    if a.pid.is_some() {
         match crate::gpu::Reader::open() {
             Ok(reader) => {
                 rep.note(0, &format!("GPU readings: {}", reader.name()));
-                let every = a.gpu_interval;
-                tokio::task::spawn_blocking(move || loop {
-                    let mut pids: std::collections::BTreeSet<i32> =
-                        crate::procs::descendants(pid).into_iter().collect();
-                    pids.insert(pid);
-                    if let Ok(s) = reader.sample() {
-                        let h = crate::gpu::held_by(&s, &pids, &crate::procs::exists);
-                        if gpu_tx.send(h).is_err() {
-                            return;
-                        }
-                    }
-                    std::thread::sleep(every);
-                });
+                gpu_reader = Some(reader);
             }
             Err(why) => rep.note(0, &why),
         }
@@ -468,7 +445,8 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     let mut tree_watch =
         vigil_core::TreeWatch::new(forced.as_ref().map(|p| p.engine_titles.clone()).unwrap_or_default());
     if let Some(pid) = a.pid {
-        crate::tree::spawn(pid, Duration::from_secs(1), a.gpu_interval, tree_tx);
+        let gpu = gpu_reader.map(|r| (r, a.gpu_interval, gpu_tx.clone()));
+        crate::tree::spawn(pid, Duration::from_secs(1), crate::tree::Extras { gpu, compilers }, tree_tx);
     }
 
     if let (true, Some(p)) = (dummy_health, &forced) {

@@ -29,27 +29,12 @@ fn open_log(p: &Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(p)
 }
 
-fn replace_all(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(hay.len());
-    let mut i = 0;
-    while i < hay.len() {
-        if hay[i..].starts_with(needle) {
-            out.extend_from_slice(with);
-            i += needle.len();
-        } else {
-            out.push(hay[i]);
-            i += 1;
-        }
-    }
-    out
-}
-
 impl LogWriter {
     fn write_line(&mut self, line: &[u8]) {
         let mut data = std::borrow::Cow::Borrowed(line);
         for s in &self.secrets {
             if data.windows(s.len()).any(|w| w == s.as_slice()) {
-                data = std::borrow::Cow::Owned(replace_all(&data, s, b"***"));
+                data = std::borrow::Cow::Owned(crate::lines::replace_bytes(&data, s, b"***"));
             }
         }
         if self.file.write_all(&data).is_ok() {

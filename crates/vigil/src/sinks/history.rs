@@ -878,7 +878,6 @@ fn startup_of(
     }
 }
 
-
 // ---------------------------------------------------------------- `vigil history`
 
 fn open_for_command() -> Result<Store, CliError> {

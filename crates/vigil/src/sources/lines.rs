@@ -61,6 +61,23 @@ impl Splitter {
     }
 }
 
+/// `hay` with every `needle` replaced by `with`, left to right, byte for byte (secrets in a log line, rank
+/// placeholders in a command's arguments).
+pub fn replace_bytes(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if !needle.is_empty() && hay[i..].starts_with(needle) {
+            out.extend_from_slice(with);
+            i += needle.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -162,8 +162,8 @@ fn lossy(a: &[u8]) -> String {
 pub fn rank_argv(argv: &[Vec<u8>], rank: usize, n: usize) -> Vec<Vec<u8>> {
     let sub = |a: &[u8]| -> Vec<u8> {
         let s = a.to_vec();
-        let s = replace_bytes(&s, b"{node_rank}", rank.to_string().as_bytes());
-        replace_bytes(&s, b"{nnodes}", n.to_string().as_bytes())
+        let s = crate::lines::replace_bytes(&s, b"{node_rank}", rank.to_string().as_bytes());
+        crate::lines::replace_bytes(&s, b"{nnodes}", n.to_string().as_bytes())
     };
     let mut out: Vec<Vec<u8>> = argv.iter().map(|a| sub(a)).collect();
     for i in 0..out.len() {
@@ -171,21 +171,6 @@ pub fn rank_argv(argv: &[Vec<u8>], rank: usize, n: usize) -> Vec<Vec<u8>> {
             out[i + 1] = rank.to_string().into_bytes();
         } else if out[i].starts_with(b"--node-rank=") {
             out[i] = format!("--node-rank={rank}").into_bytes();
-        }
-    }
-    out
-}
-
-fn replace_bytes(s: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        if s[i..].starts_with(from) {
-            out.extend_from_slice(to);
-            i += from.len();
-        } else {
-            out.push(s[i]);
-            i += 1;
         }
     }
     out

@@ -8,7 +8,7 @@ pub mod kprobe;
 use crate::error::CliError;
 use crate::exit;
 use crate::follow::SourceMsg;
-use crate::node::{fold, gather, AnyNode, LocalNode, Node, Nodes, SshNode};
+use crate::node::{fold, gather, AnyNode, LocalNode, Node, Nodes};
 use crate::report::{out_line, Reporter};
 use crate::up::UpArgs;
 use std::sync::Arc;
@@ -84,53 +84,43 @@ pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration,
 /// through reconnects, no line lost or repeated) until Ctrl-C.
 pub async fn logs(nodes: &Nodes, name: String, follow: bool, lines: usize) -> Result<i32, CliError> {
     crate::run::valid_name(&name)?;
-    if let Nodes::Remote(h) = nodes {
-        if h.list.len() != 1 {
-            return Err(CliError::usage("logs: give one --host"));
+    let n = nodes.one("logs").await?;
+    let tail = n.log_tail(&name, lines).await?;
+    let redactor = n.redactor(&name);
+    for l in &tail.lines {
+        out_line(&redactor.redact(l));
+    }
+    if !follow {
+        return Ok(exit::READY);
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let follower = n.follow_log(&name, tail.offset, tx);
+    tokio::pin!(follower);
+    // once the follower ends (its sender dropped), the rest of its lines are still read, then None ends
+    let mut following = true;
+    let host = n.host().unwrap_or("the node").to_string();
+    let mut down = false;
+    loop {
+        tokio::select! {
+            _ = crate::signals::next_interrupt() => return Ok(exit::READY),
+            _ = &mut follower, if following => following = false,
+            m = rx.recv() => match m {
+                Some(SourceMsg::Line(l)) => out_line(&redactor.redact(&l)),
+                Some(SourceMsg::Disconnected) if !down => {
+                    down = true;
+                    eprintln!("vigil: the SSH connection to {host} dropped: reconnecting");
+                }
+                Some(SourceMsg::Reconnected { host, down_ms, .. }) => {
+                    down = false;
+                    eprintln!("vigil: reconnected to {host} after {}", fmt_ms(down_ms));
+                }
+                Some(SourceMsg::Resumed) => down = false,
+                Some(SourceMsg::Lost(why)) => return Err(CliError::Unreachable(why)),
+                Some(_) => {}
+                None => return Ok(exit::READY),
+            }
         }
     }
-    let r = nodes
-        .each(move |n| {
-            let name = name.clone();
-            async move {
-                let tail = n.log_tail(&name, lines).await?;
-                let redactor = n.redactor(&name);
-                for l in &tail.lines {
-                    out_line(&redactor.redact(l));
-                }
-                if !follow {
-                    return Ok(exit::READY);
-                }
-                let (tx, mut rx) = mpsc::unbounded_channel();
-                let follower = n.follow_log(&name, tail.offset, tx);
-                tokio::pin!(follower);
-                let host = n.host().unwrap_or("the node").to_string();
-                let mut down = false;
-                loop {
-                    tokio::select! {
-                        _ = crate::signals::next_interrupt() => return Ok(exit::READY),
-                        _ = &mut follower => {}
-                        m = rx.recv() => match m {
-                            Some(SourceMsg::Line(l)) => out_line(&redactor.redact(&l)),
-                            Some(SourceMsg::Disconnected) if !down => {
-                                down = true;
-                                eprintln!("vigil: the SSH connection to {host} dropped: reconnecting");
-                            }
-                            Some(SourceMsg::Reconnected { host, down_ms, .. }) => {
-                                down = false;
-                                eprintln!("vigil: reconnected to {host} after {}", fmt_ms(down_ms));
-                            }
-                            Some(SourceMsg::Resumed) => down = false,
-                            Some(SourceMsg::Lost(why)) => return Err(CliError::Unreachable(why)),
-                            Some(_) => {}
-                            None => return Ok(exit::READY),
-                        }
-                    }
-                }
-            }
-        })
-        .await;
-    fold(r)
 }
 
 /// `vigil up -- CMD`: launches the server on this machine or one host, watches it to a verdict, and
@@ -149,12 +139,14 @@ pub async fn up(
             "up: give the server command after --, e.g. vigil up -- llama-server -m model.gguf",
         ));
     }
-    let node = match nodes {
-        Nodes::Local => AnyNode::Local(local.unwrap_or_default()),
-        Nodes::Remote(hs) if hs.list.len() == 1 && !hs.multi_node => {
-            AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?)
+    if let Nodes::Remote(hs) = nodes {
+        if hs.list.len() > 1 || hs.multi_node {
+            return crate::hosts::up(hs.clone(), a, argv, profiles).await;
         }
-        Nodes::Remote(hs) => return crate::hosts::up(hs.clone(), a, argv, profiles).await,
+    }
+    let node = match local {
+        Some(l) => AnyNode::Local(l),
+        None => nodes.one("up").await?,
     };
     let node = Arc::new(node);
     let label = node.host().unwrap_or("local").to_string();
@@ -203,19 +195,16 @@ pub async fn wait(
     mut w: crate::wait::Args,
     profiles: Profiles,
 ) -> Result<i32, CliError> {
-    let node = match nodes {
-        Nodes::Local => AnyNode::Local(LocalNode::default()),
-        Nodes::Remote(hs) => {
-            let Some(name) = name.clone() else {
-                return Err(CliError::usage("wait --host: give the NAME of a run started with `vigil up --host`"));
-            };
-            if hs.list.len() > 1 || hs.multi_node {
-                return crate::hosts::wait(hs.clone(), name, w, profiles).await;
-            }
-            crate::run::valid_name(&name)?;
-            AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?)
+    if let Nodes::Remote(hs) = nodes {
+        let Some(name) = name.clone() else {
+            return Err(CliError::usage("wait --host: give the NAME of a run started with `vigil up --host`"));
+        };
+        if hs.list.len() > 1 || hs.multi_node {
+            return crate::hosts::wait(hs.clone(), name, w, profiles).await;
         }
-    };
+        crate::run::valid_name(&name)?;
+    }
+    let node = nodes.one("wait").await?;
     if let Some(n) = &name {
         node.attach(n, &mut w, &profiles, true).await?;
     }
@@ -234,11 +223,7 @@ pub async fn check(
     if argv.is_empty() {
         return Err(CliError::usage("check: give the server command after --"));
     }
-    let node = match nodes {
-        Nodes::Local => AnyNode::Local(LocalNode::default()),
-        Nodes::Remote(hs) if hs.list.len() == 1 => AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?),
-        Nodes::Remote(_) => return Err(CliError::usage("check: give one --host")),
-    };
+    let node = nodes.one("check").await?;
     let kind = server.or_else(|| profiles.detect_cmd(&argv).map(String::from));
     let rep = tokio::select! {
         r = node.check(&argv, kind, &profiles) => r?,
@@ -261,11 +246,7 @@ pub async fn dump(nodes: &Nodes, name: Option<String>, pid: Option<i32>, json: b
         (None, None, _) => return Err(CliError::usage("dump: give a run NAME or --pid PID")),
     };
     crate::run::valid_name(&name)?;
-    let node = match nodes {
-        Nodes::Local => AnyNode::Local(LocalNode::default()),
-        Nodes::Remote(hs) if hs.list.len() == 1 => AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?),
-        Nodes::Remote(_) => return Err(CliError::usage("dump: give one --host")),
-    };
+    let node = nodes.one("dump").await?;
     let (ev, secrets) = node.evidence(&name).await?;
     let mut rep = Reporter::new(json, false);
     for s in &secrets {

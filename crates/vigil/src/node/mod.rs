@@ -188,6 +188,15 @@ impl Nodes {
         matches!(self, Nodes::Remote(h) if h.list.len() > 1)
     }
 
+    /// The one node a command works on: this machine, or the single `--host` (connected).
+    pub async fn one(&self, cmd: &str) -> Result<AnyNode, CliError> {
+        match self {
+            Nodes::Local => Ok(AnyNode::Local(LocalNode::default())),
+            Nodes::Remote(hs) if hs.list.len() == 1 => Ok(AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?)),
+            Nodes::Remote(_) => Err(CliError::usage(format!("{cmd}: give one --host"))),
+        }
+    }
+
     /// Runs `f` on every node (hosts at most `--parallel` at once, each over its own connection); the
     /// results in node order, each with the node's name.
     pub async fn each<T, F, Fut>(&self, f: F) -> Vec<(String, Result<T, CliError>)>

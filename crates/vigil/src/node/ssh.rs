@@ -13,7 +13,7 @@ use crate::report::Reporter;
 use crate::run::Redactor;
 use crate::wait;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::evidence::Evidence;
 use vigil_core::judge::fmt_ms;
@@ -25,7 +25,7 @@ pub struct SshNode {
 
 impl SshNode {
     pub async fn open(ssh: &SshOpts, host: &str) -> Result<SshNode, CliError> {
-        Ok(SshNode { conn: crate::hosts::open(ssh, host).await? })
+        Ok(SshNode { conn: open(ssh, host).await? })
     }
 }
 
@@ -72,7 +72,7 @@ impl Node for SshNode {
     }
 
     async fn stop(&self, run: &str, grace: Duration, rep: &mut Reporter) -> Result<bool, CliError> {
-        crate::hosts::stop(&self.conn, run, grace, rep).await
+        stop(&self.conn, run, grace, rep).await
     }
 
     async fn log_tail(&self, name: &str, lines: usize) -> Result<LogTail, CliError> {
@@ -146,10 +146,10 @@ impl Node for SshNode {
             .or(profile.as_ref().map(|p| p.port))
             .filter(|_| !a.no_probe);
         if a.replace {
-            let _ = crate::hosts::stop(conn, name, a.grace, rep).await?;
+            let _ = stop(conn, name, a.grace, rep).await?;
         }
         if !a.no_check {
-            let r = crate::hosts::check_report(conn, &argv_s, kind.clone(), &env, profiles).await?;
+            let r = check_report(conn, &argv_s, kind.clone(), &env, profiles).await?;
             if let Some(why) = crate::check::gate(&r, a.json, &format!(" on {}", conn.dest)) {
                 return Ok(Err((exit::CHECK_FAILED, why)));
             }
@@ -259,8 +259,185 @@ impl Node for SshNode {
     }
 
     async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError> {
-        crate::hosts::check_report(&self.conn, argv, kind, &[], profiles).await
+        check_report(&self.conn, argv, kind, &[], profiles).await
     }
+}
+
+/// Connects to a host off the async thread (the master's start blocks up to the connect timeout).
+pub async fn open(ssh: &SshOpts, host: &str) -> Result<Arc<Conn>, CliError> {
+    let (ssh, dest) = (ssh.clone(), host.to_string());
+    tokio::task::spawn_blocking(move || Conn::open(&dest, &ssh))
+        .await
+        .unwrap_or_else(|e| Err(CliError::Internal(e.to_string())))
+}
+
+/// Stops a remote run; true when nothing is left (and GPU memory, when seen, is released).
+pub async fn stop(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Reporter) -> Result<bool, CliError> {
+    let t0 = Instant::now();
+    let (_, out, _) = conn.exec(&remote::stop_script(conn, name, grace), grace + Duration::from_secs(60)).await?;
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let mut ok = true;
+    // each line carries its time on the node since the script began
+    let at = t0.elapsed().as_millis() as u64;
+    let at = at.saturating_sub(out.lines().last().and_then(|l| l.split(' ').next()?.parse::<u64>().ok()).unwrap_or(0));
+    for l in out.lines() {
+        let (ms, l) = l.split_once(' ').unwrap_or(("0", l));
+        let t = at + ms.parse::<u64>().unwrap_or(0);
+        let (k, rest) = l.split_once(' ').unwrap_or((l, ""));
+        match k {
+            "none" => rep.note(t, &format!("'{name}' on {}: nothing running", conn.dest)),
+            "signal" => {
+                let (sig, pids) = rest.split_once(' ').unwrap_or((rest, ""));
+                rep.note(t, &format!("sent {sig} to pids {}", pids.trim()))
+            }
+            "gone" => rep.note(
+                t,
+                &format!(
+                    "stopped '{name}' on {} in {}; none left",
+                    conn.dest,
+                    fmt_ms(rest.trim().parse().unwrap_or(0))
+                ),
+            ),
+            "left" => {
+                ok = false;
+                rep.note(t, &format!("still alive on {}: pid {}", conn.dest, crate::run::redact_cmdline(rest)));
+            }
+            "gpu-free" => rep.note(t, &format!("GPU memory released: {} MiB no longer held (nvidia-smi)", rest.trim())),
+            "gpu-held" => {
+                ok = false;
+                rep.note(t, &format!("GPU memory NOT released on {}: pid/MiB {rest}", conn.dest));
+            }
+            _ => {}
+        }
+    }
+    Ok(ok)
+}
+
+/// The preflight check of a command for a node: its model configs (fetched through the connection
+/// into a private local mirror) under the same rules as a local check, then the node's port and
+/// GPU count.
+pub async fn check_report(
+    c: &Arc<Conn>,
+    argv: &[String],
+    kind: Option<String>,
+    env: &[(String, String)],
+    profiles: &Profiles,
+) -> Result<crate::check::Report, CliError> {
+    use crate::check::{self, Severity};
+    let l = check::parse_launch(argv, kind.as_deref())?;
+    let mirror = std::env::temp_dir().join(format!("vigil-check-{}-{}", std::process::id(), crate::run::now_ms()));
+    crate::run::mkdir_private(&mirror)?;
+    let mut argv2 = argv.to_vec();
+    let mut back: Vec<(String, String)> = Vec::new(); // mirror dir -> HOST:remote dir
+    let mut missing: Vec<String> = Vec::new();
+    let mut notes: Vec<(Severity, String, String, Option<&'static str>)> = Vec::new();
+    let hf = kind.as_deref().and_then(|k| profiles.get(k)).is_some_and(|p| p.cmd.hf_config);
+    for (i, m) in [l.model.clone(), l.draft.clone()].into_iter().enumerate() {
+        let Some(m) = m else { continue };
+        if !hf {
+            notes.push((
+                Severity::Info,
+                "model".into(),
+                format!("{m}: GGUF files are checked on the node only (run `vigil check` there)"),
+                None,
+            ));
+            continue;
+        }
+        // a directory on the node, else the node's Hugging Face cache (newest snapshot)
+        let mut s = b"m=".to_vec();
+        s.extend(remote::quote(m.as_bytes()));
+        s.extend_from_slice(
+            b"\nd=$m\nif [ ! -d \"$d\" ]; then h=${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}; r=\"$h/models--$(printf '%s' \"$m\" | sed 's#/#--#g')\"; c=$(head -c 256 \"$r/refs/main\" 2>/dev/null | tr -d ' \\n'); d=; case $c in ''|*/*) ;; *) [ -d \"$r/snapshots/$c\" ] && d=\"$r/snapshots/$c\" ;; esac; [ -n \"$d\" ] || d=$(ls -td \"$r\"/snapshots/*/ 2>/dev/null | head -n 1); fi\n[ -n \"$d\" ] && [ -f \"$d/config.json\" ] || exit 4\nd=${d%/}\nprintf '%s\\n' \"$d\"\nhead -c 4194304 \"$d/config.json\"\n",
+        );
+        let (code, out, _) = c.exec(&s, Duration::from_secs(30)).await?;
+        if code != 0 {
+            missing.push(m.clone());
+            // as locally: a path is an error every server confirms; a name that may be a Hugging Face id
+            // is downloaded by the server on the node
+            notes.push(if check::path_like(&m) {
+                (
+                    Severity::Error,
+                    "model".into(),
+                    format!("{m}: no config.json on {} (not a model directory)", c.dest),
+                    Some(check::evidence::MISSING_LOCAL_PATH),
+                )
+            } else {
+                (
+                    Severity::Warning,
+                    "model".into(),
+                    format!("{m}: not a directory on {} and not in its Hugging Face cache: the server will download it (config checks skipped)", c.dest),
+                    None,
+                )
+            });
+            continue;
+        }
+        let nl = out.iter().position(|b| *b == b'\n').unwrap_or(out.len());
+        let remote_dir = String::from_utf8_lossy(&out[..nl]).into_owned();
+        let dir = mirror.join(format!("m{i}"));
+        crate::run::mkdir_private(&dir)?;
+        std::fs::write(dir.join("config.json"), out.get(nl + 1..).unwrap_or_default())
+            .map_err(|e| CliError::Internal(e.to_string()))?;
+        for a in argv2.iter_mut() {
+            if *a == m {
+                *a = dir.display().to_string();
+            }
+        }
+        back.push((dir.display().to_string(), format!("{}:{remote_dir}", c.dest)));
+    }
+    let mut rep = check::check(
+        &check::Inputs { argv: &argv2, server: kind.clone(), env, cwd: &mirror, local_machine: false, version: None },
+        profiles,
+    )?;
+    let _ = std::fs::remove_dir_all(&mirror);
+    // a model that is not on the node was reported above; what the local rules said of that same
+    // path describes this machine, not the node
+    rep.findings.retain(|f| !(f.rule == "model" && missing.iter().any(|m| f.message.contains(m.as_str()))));
+    for f in rep.findings.iter_mut() {
+        for (local, remote) in &back {
+            f.message = f.message.replace(local.as_str(), remote);
+        }
+    }
+    for (sev, rule, m, confirmed) in notes {
+        match confirmed {
+            Some(by) => rep.add_confirmed(&rule, m, None, by),
+            None => rep.add(sev, &rule, m, None),
+        }
+    }
+    // the node: its port and its GPUs
+    let port = l.port.or_else(|| kind.as_deref().and_then(|k| profiles.get(k)).map(|p| p.port));
+    let mut s = Vec::new();
+    if let Some(p) = port {
+        s.extend_from_slice(
+            format!("grep -qE ':{p:04X} [0-9A-F:]+ 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null && echo port-taken\n")
+                .as_bytes(),
+        );
+    }
+    s.extend_from_slice(b"command -v nvidia-smi >/dev/null 2>&1 && echo \"gpus $(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)\"\n");
+    let (_, out, _) = c.exec(&s, Duration::from_secs(30)).await?;
+    let out = String::from_utf8_lossy(&out);
+    if out.lines().any(|x| x == "port-taken") {
+        let p = port.unwrap_or(0);
+        rep.add(
+            Severity::Error,
+            "port",
+            format!("port {p} is taken on {}", c.dest),
+            Some(format!("vigil ps --host {}; or choose another --port", c.dest)),
+        );
+    }
+    // per node: with --nnodes N each node holds world/N (SGLang's attention DP adds none)
+    let need = l.gpus_per_node(kind.as_deref());
+    let how = l.gpus_how(kind.as_deref());
+    match out.lines().find_map(|x| x.strip_prefix("gpus ")).and_then(|n| n.trim().parse::<u64>().ok()) {
+        Some(n) if n < need => rep.add(
+            Severity::Error,
+            "gpus",
+            format!("{need} GPUs needed on this node ({how}), {} has {n}", c.dest),
+            None,
+        ),
+        Some(n) => rep.add(Severity::Info, "gpus", format!("{} has {n} GPU(s); {need} needed", c.dest), None),
+        None => rep.add(Severity::Info, "gpus", format!("no nvidia-smi on {}: GPU count not checked", c.dest), None),
+    }
+    Ok(rep)
 }
 
 /// Parses the output of `ps_script`: processes, their socket inodes, then /proc/net/tcp{,6}.

@@ -39,8 +39,12 @@ fn shared_dir() -> Option<PathBuf> {
     d.is_dir().then_some(d)
 }
 
+/// `VIGIL_PROJECT_CORPUS` points the test at another checkout's `corpus/` (a worktree adding logs).
 fn project_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../corpus")
+    match std::env::var_os("VIGIL_PROJECT_CORPUS") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../corpus"),
+    }
 }
 
 fn split(bytes: &[u8]) -> (String, String) {

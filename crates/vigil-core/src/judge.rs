@@ -994,9 +994,11 @@ impl Judge {
     }
 
     fn crash_detail(&mut self, b: Block, detail: Option<String>, ev: &mut Vec<Event>) {
+        // The block's frames may prove the process got further than its last phase line (vLLM's
+        // capture_model under `_initialize_kv_caches`, with no capture line printed yet): the furthest of the two.
         let phase = b.forced.unwrap_or(match (self.phase, b.implied) {
-            (Phase::Launch, Some(p)) => p,
-            (p, _) => p,
+            (p, Some(q)) => p.max(q),
+            (p, None) => p,
         });
         let cause = b.cause.unwrap_or(Cause::Unknown);
         let hint = b.hint.clone().or_else(|| Some(hint_for(cause, phase).to_string()));

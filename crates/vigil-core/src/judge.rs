@@ -996,7 +996,10 @@ impl Judge {
     fn crash_detail(&mut self, b: Block, detail: Option<String>, ev: &mut Vec<Event>) {
         // The block's frames may prove the process got further than its last phase line (vLLM's
         // capture_model under `_initialize_kv_caches`, with no capture line printed yet): the furthest of the two.
+        // Except serving: the batch loop's frames also run the warmup request, so once the HTTP side is up
+        // they do not prove a request beyond it (corpus sglang-gptqmodel2537).
         let phase = b.forced.unwrap_or(match (self.phase, b.implied) {
+            (p, Some(Phase::Serving)) if p >= Phase::Http => p,
             (p, Some(q)) => p.max(q),
             (p, None) => p,
         });

@@ -56,4 +56,10 @@ pub struct StallAction {
     /// Whether the GPU memory the tree held was released (absent: no GPU reading, or the tree held none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_released: Option<bool>,
+    /// The node the run is on, for a run over SSH (its pids are the node's; a stop is proven there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Why the stop could not be done or proven (the node did not answer): nothing is claimed then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }

@@ -701,7 +701,7 @@ fn e2e_remote_stall_evidence_is_captured_on_the_node() {
     let cfg = ssh_config(&d, &[("a", &h)], "");
     let fifo = fifo_model(&d);
     let mut c = rvigil(&d, &cfg);
-    c.args(["--host", "node-a", "up", "--json", "--name", "r1", "--stall", "2s", "--"])
+    c.args(["--host", "node-a", "up", "--json", "--name", "r1", "--stall", "2s", "--on-stall", "keep", "--"])
         .arg(&e.server)
         .arg("-m")
         .arg(&fifo)
@@ -711,6 +711,9 @@ fn e2e_remote_stall_evidence_is_captured_on_the_node() {
     let r = verdict(&v);
     assert_eq!(r["verdict"], "stalled", "{}", text(&o));
     let pid = v.iter().find(|x| x["event"] == "launched").expect("launched")["pid"].as_i64().unwrap();
+    let act = v.iter().find(|x| x["event"] == "on_stall").expect("on_stall event");
+    assert_eq!((act["action"].as_str(), act["host"].as_str()), (Some("keep"), Some("node-a")), "{act}");
+    assert!(!gone(pid as i32), "--on-stall keep stopped the run");
     let check = |ev: &serde_json::Value| {
         let p = ev["procs"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap_or_else(|| panic!("{ev}"));
         assert!(p["wchan"].as_str().is_some_and(|w| !w.is_empty() && w != "0"), "{p}");
@@ -728,4 +731,35 @@ fn e2e_remote_stall_evidence_is_captured_on_the_node() {
     c.args(["--host", "node-a", "down", "r1"]);
     assert_eq!(run_bounded(c, T).status.code(), Some(0));
     assert!(gone(pid as i32));
+}
+
+/// Issue #17 over SSH: `up --host` on a stalled server stops it on the node by default (`--on-stall stop`),
+/// after the evidence is saved, and proves there that nothing of the run is left.
+#[test]
+fn e2e_remote_on_stall_stop_stops_the_run_on_the_node() {
+    let Some(e) = env() else { return };
+    if !have_sshd() {
+        return;
+    }
+    let d = TempDir::new("rstop");
+    let h = Sshd::start(&d, "a");
+    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let fifo = fifo_model(&d);
+    let mut c = rvigil(&d, &cfg);
+    c.args(["--host", "node-a", "up", "--json", "--name", "r2", "--stall", "2s", "--"])
+        .arg(&e.server)
+        .arg("-m")
+        .arg(&fifo)
+        .args(["--port", &free_port().to_string()]);
+    let o = run_bounded(c, T);
+    let v = json_lines(&o);
+    assert_eq!(verdict(&v)["verdict"], "stalled", "{}", text(&o));
+    let pid = v.iter().find(|x| x["event"] == "launched").expect("launched")["pid"].as_i64().unwrap();
+    let pos = |ev: &str| v.iter().position(|x| x["event"] == ev).unwrap_or_else(|| panic!("no {ev}: {}", text(&o)));
+    assert!(pos("evidence") < pos("on_stall"), "the evidence is saved before the stop");
+    let act = &v[pos("on_stall")];
+    assert_eq!((act["action"].as_str(), act["host"].as_str()), (Some("stop"), Some("node-a")), "{act}");
+    assert!(act.get("survivors").is_none() && act.get("failed").is_none(), "{act}");
+    assert!(gone(pid as i32), "the stalled server is still running after --on-stall stop");
+    assert!(verdict(&v)["detail"].as_str().unwrap_or_default().contains("stopped on node-a"), "{}", text(&o));
 }

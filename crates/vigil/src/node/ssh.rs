@@ -186,14 +186,9 @@ impl Node for SshNode {
         }
         let sp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
         let kp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-        let mut w = a.proof.clone();
-        w.watch = crate::up::watching(a);
+        let mut w = crate::up::watch_args(a);
         w.remote = Some(RemoteWatch::new(conn.clone(), name));
         w.server = kind;
-        w.timeout = a.timeout;
-        w.stall = a.stall.clone();
-        w.json = a.json;
-        w.quiet = a.quiet;
         w.argv = argv_s;
         w.secrets = secret_vals;
         if let (Some(p), true) = (port, rank.unwrap_or(0) == 0) {
@@ -273,6 +268,20 @@ pub async fn open(ssh: &SshOpts, host: &str) -> Result<Arc<Conn>, CliError> {
 
 /// Stops a remote run; true when nothing is left (and GPU memory, when seen, is released).
 pub async fn stop(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Reporter) -> Result<bool, CliError> {
+    Ok(stopped(conn, name, grace, rep).await?.ok)
+}
+
+/// What a remote stop proved: nothing left (and GPU memory released where seen), else the node's pids
+/// still alive.
+pub struct Stopped {
+    pub ok: bool,
+    pub survivors: Vec<i32>,
+    pub gpu_released: Option<bool>,
+}
+
+/// Stops a remote run and tells what is left.
+pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Reporter) -> Result<Stopped, CliError> {
+    let mut res = Stopped { ok: true, survivors: vec![], gpu_released: None };
     let t0 = Instant::now();
     let (_, out, _) = conn.exec(&remote::stop_script(conn, name, grace), grace + Duration::from_secs(60)).await?;
     let out = String::from_utf8_lossy(&out).into_owned();
@@ -300,17 +309,25 @@ pub async fn stop(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Repor
             ),
             "left" => {
                 ok = false;
+                if let Some(p) = rest.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                    res.survivors.push(p);
+                }
                 rep.note(t, &format!("still alive on {}: pid {}", conn.dest, crate::run::redact_cmdline(rest)));
             }
-            "gpu-free" => rep.note(t, &format!("GPU memory released: {} MiB no longer held (nvidia-smi)", rest.trim())),
+            "gpu-free" => {
+                res.gpu_released = Some(true);
+                rep.note(t, &format!("GPU memory released: {} MiB no longer held (nvidia-smi)", rest.trim()))
+            }
             "gpu-held" => {
                 ok = false;
+                res.gpu_released = Some(false);
                 rep.note(t, &format!("GPU memory NOT released on {}: pid/MiB {rest}", conn.dest));
             }
             _ => {}
         }
     }
-    Ok(ok)
+    res.ok = ok;
+    Ok(res)
 }
 
 /// The preflight check of a command for a node: its model configs (fetched through the connection

@@ -272,18 +272,25 @@ pub async fn launch(
             log: Some(log.display().to_string()),
         },
     );
+    let mut w = watch_args(a);
+    w.pid = Some(server_pid);
+    w.attach_run(&dir, &rec, profiles, !a.no_probe);
+    Ok(Ok(w))
+}
+
+/// The watch of a server `up` launched, on this machine or a node: the proof settings, deadlines and
+/// output of the flags, and the stall policy (issue #17: a server vigil launched is stopped when stuck,
+/// unless --keep or --on-stall keep).
+pub fn watch_args(a: &UpArgs) -> crate::wait::Args {
     let mut w = a.proof.clone();
     w.watch = watching(a);
-    w.pid = Some(server_pid);
     w.timeout = a.timeout;
     w.stall = a.stall.clone();
     w.json = a.json;
     w.quiet = a.quiet;
-    // issue #17: a server vigil launched is stopped when stuck, unless --keep or --on-stall keep
     w.on_stall = Some(w.on_stall.unwrap_or(if a.keep { OnStall::Keep } else { OnStall::Stop }));
     w.stop_grace = a.grace;
-    w.attach_run(&dir, &rec, profiles, !a.no_probe);
-    Ok(Ok(w))
+    w
 }
 
 /// `up` keeps watching after ready with `--watch`, and in the foreground with `--metrics` (the values

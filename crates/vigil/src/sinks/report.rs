@@ -220,12 +220,19 @@ impl Reporter {
                 self.print(&s);
             }
             (_, Event::OnStall(s)) => {
-                let what = match (s.action, s.survivors.is_empty()) {
-                    (vigil_core::policy::OnStall::Keep, _) => {
+                let what = match (s.action, s.survivors.is_empty(), &s.host) {
+                    (_, _, h) if s.failed.is_some() => format!(
+                        "--on-stall stop: could not stop it on {}: {}",
+                        h.as_deref().unwrap_or("this machine"),
+                        s.failed.as_deref().unwrap_or_default()
+                    ),
+                    (vigil_core::policy::OnStall::Keep, _, Some(h)) => format!("--on-stall keep: left running on {h}"),
+                    (vigil_core::policy::OnStall::Keep, _, None) => {
                         format!("--on-stall keep: {} process(es) left running", s.pids.len())
                     }
-                    (_, true) => format!("--on-stall stop: {} process(es) stopped, none left", s.pids.len()),
-                    (_, false) => {
+                    (_, true, Some(h)) => format!("--on-stall stop: stopped on {h}, none left"),
+                    (_, true, None) => format!("--on-stall stop: {} process(es) stopped, none left", s.pids.len()),
+                    (_, false, _) => {
                         format!("--on-stall stop: {} process(es) still alive: {:?}", s.survivors.len(), s.survivors)
                     }
                 };

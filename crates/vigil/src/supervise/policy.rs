@@ -44,6 +44,8 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
         port,
         port_free: None,
         gpu_released: None,
+        host: None,
+        failed: None,
     };
     match policy {
         OnStall::Keep => {
@@ -96,6 +98,55 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
                 );
             }
         }
+    }
+    rep.event(t_ms, &Event::OnStall(act));
+}
+
+/// The policy for a run on a node (`up --host`): the stop goes through the node's own stop, which proves
+/// there that no process of the run is left and its GPU memory is released; keep says how to stop it.
+pub async fn on_verdict_remote(
+    rep: &mut Reporter,
+    t_ms: u64,
+    r: &mut Report,
+    a: &crate::wait::Args,
+    w: &crate::remote::RemoteWatch,
+) {
+    if !vigil_core::policy::applies(r) {
+        return;
+    }
+    let policy = a.on_stall.unwrap_or(OnStall::Keep);
+    let host = w.conn.dest.clone();
+    let mut act = StallAction {
+        action: policy,
+        pids: vec![],
+        survivors: vec![],
+        port: None,
+        port_free: None,
+        gpu_released: None,
+        host: Some(host.clone()),
+        failed: None,
+    };
+    match policy {
+        OnStall::Keep => push_detail(
+            r,
+            &format!("left running on {host} (--on-stall keep); `vigil --host {host} down {}` stops it", w.name),
+        ),
+        OnStall::Stop => match crate::node::ssh::stopped(&w.conn, &w.name, a.stop_grace, rep).await {
+            Ok(s) => {
+                act.survivors = s.survivors;
+                act.gpu_released = s.gpu_released;
+                if s.ok {
+                    push_detail(r, &format!("stopped on {host} (--on-stall stop): none left"));
+                } else {
+                    push_detail(r, &format!("stop failed on {host} (--on-stall stop): pids {:?} left", act.survivors));
+                }
+            }
+            Err(e) => {
+                let e = e.message();
+                push_detail(r, &format!("stop failed on {host} (--on-stall stop): {e}"));
+                act.failed = Some(e);
+            }
+        },
     }
     rep.event(t_ms, &Event::OnStall(act));
 }

@@ -788,7 +788,10 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                     .filter(|t| t.host == "localhost" || t.host.starts_with("127."))
                     .map(|t| t.port)
                     .or(cmd_port);
-                crate::policy::on_verdict(&mut rep, ms(), &mut r, &a, port);
+                match (a.pid, a.remote.as_ref()) {
+                    (None, Some(w)) => crate::policy::on_verdict_remote(&mut rep, ms(), &mut r, &a, w).await,
+                    _ => crate::policy::on_verdict(&mut rep, ms(), &mut r, &a, port),
+                }
                 update_metrics(&metrics, &judge, server.as_deref(), r.verdict);
                 sinks.verdict(&r);
                 rep.verdict(ms(), &r, None);

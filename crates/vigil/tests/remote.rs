@@ -688,7 +688,8 @@ fn e2e_remote_logs_hide_every_secret_value() {
 
 /// Issue #17: a run stalled on a node (the real llama-server blocked opening a FIFO model): the evidence is
 /// captured there, over the run's connection (wait channels; eu-stack's native frames, Debian's elfutils),
-/// at the verdict and again with `vigil --host H dump NAME`; the raw output is kept on this machine.
+/// at the verdict and again with `vigil --host H dump NAME`; the raw output is kept on this machine, with the
+/// NCCL flight-recorder dumps the server's environment enables, byte for byte.
 #[test]
 fn e2e_remote_stall_evidence_is_captured_on_the_node() {
     let Some(e) = env() else { return };
@@ -700,8 +701,15 @@ fn e2e_remote_stall_evidence_is_captured_on_the_node() {
     let h = Sshd::start(&d, "a");
     let cfg = ssh_config(&d, &[("a", &h)], "");
     let fifo = fifo_model(&d);
+    // PyTorch's NCCL flight recorder enabled in the server's environment, a rank's (binary) dump on the node
+    let prefix = d.path("nccl_trace_rank_").display().to_string();
+    let dump: Vec<u8> = (0..=255u8).chain(b"flight recorder of rank 3".iter().copied()).collect();
+    std::fs::write(format!("{prefix}3"), &dump).unwrap();
     let mut c = rvigil(&d, &cfg);
-    c.args(["--host", "node-a", "up", "--json", "--name", "r1", "--stall", "2s", "--on-stall", "keep", "--"])
+    c.args(["--host", "node-a", "up", "--json", "--name", "r1", "--stall", "2s", "--on-stall", "keep"])
+        .args(["--env", "TORCH_NCCL_TRACE_BUFFER_SIZE=2000", "--env"])
+        .arg(format!("TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}"))
+        .arg("--")
         .arg(&e.server)
         .arg("-m")
         .arg(&fifo)
@@ -721,7 +729,11 @@ fn e2e_remote_stall_evidence_is_captured_on_the_node() {
         let dir = std::path::PathBuf::from(ev["dir"].as_str().unwrap());
         assert!(read(&dir.join(format!("pid-{pid}.eu-stack.txt"))).contains("TID "), "{ev}");
     };
-    check(v.iter().find(|x| x["event"] == "evidence").expect("evidence at the verdict"));
+    let ev = v.iter().find(|x| x["event"] == "evidence").expect("evidence at the verdict");
+    check(ev);
+    assert_eq!(ev["nccl_dumps"], serde_json::json!(["nccl-nccl_trace_rank_3"]), "{ev}");
+    let dir = std::path::PathBuf::from(ev["dir"].as_str().unwrap());
+    assert_eq!(std::fs::read(dir.join("nccl-nccl_trace_rank_3")).unwrap(), dump, "the dump changed on its way");
     let mut c = rvigil(&d, &cfg);
     c.args(["--host", "node-a", "dump", "r1", "--json"]);
     let o = run_bounded(c, T);

@@ -34,7 +34,40 @@ for p in $tree; do
   if [ -n "$eu" ]; then echo "@@eu-stack"; timeout 10 "$eu" -p "$p" 2>&1 | head -c 1048576; echo; echo "@@end"
   else echo "@@note eu-stack not found on the node: apt-get install elfutils"; fi
 done
+# NCCL flight-recorder dumps the tree's environment enables (the rules of evidence.rs nccl_prefix), in hex
+seen=" "; n=0
+for p in $tree; do
+  env=$(head -c 1048576 "/proc/$p/environ" 2>/dev/null | tr '\000' '\n')
+  get() { printf '%s\n' "$env" | sed -n "s/^$1=//p" | head -n 1; }
+  size=$(get TORCH_NCCL_TRACE_BUFFER_SIZE); [ -n "$size" ] || size=$(get TORCH_FR_BUFFER_SIZE)
+  case "$size" in ''|0|*[!0-9]*) continue;; esac
+  pre=$(get TORCH_NCCL_DEBUG_INFO_TEMP_FILE); [ -n "$pre" ] || pre=$(get TORCH_FR_DUMP_TEMP_FILE)
+  [ -n "$pre" ] || pre=/tmp/nccl_trace_rank_
+  case "$seen" in *" $pre "*) continue;; esac
+  seen="$seen$pre "
+  for f in "$pre"*; do
+    [ -f "$f" ] || continue
+    n=$((n+1)); [ "$n" -le 16 ] || break
+    echo "@@nccl ${f##*/}"; head -c 4194304 "$f" | od -An -v -tx1 | tr -d ' \n'; echo; echo "@@end"
+  done
+done
 "#;
+
+/// An NCCL flight-recorder dump read on the node: its file name there and its bytes.
+#[derive(Debug, Default, PartialEq)]
+struct Dump {
+    name: String,
+    bytes: Vec<u8>,
+}
+
+/// The hex the script prints (`od -tx1`), back to bytes; None when it is not hex.
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim().as_bytes();
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    s.chunks(2).map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok()).collect()
+}
 
 #[derive(Debug, Default)]
 struct Raw {
@@ -47,11 +80,34 @@ struct Raw {
     notes: Vec<String>,
 }
 
-/// Splits the script's output into processes.
-fn parse(out: &str) -> Vec<Raw> {
+/// Splits the script's output into processes and NCCL dumps.
+fn parse(out: &str) -> (Vec<Raw>, Vec<Dump>) {
     let mut v: Vec<Raw> = Vec::new();
+    let mut dumps = Vec::new();
     let mut block: Option<(&str, String)> = None;
+    let mut dump: Option<(String, String)> = None;
     for l in out.lines() {
+        if let Some((name, hex)) = &mut dump {
+            if l == "@@end" {
+                if let Some(bytes) = unhex(hex) {
+                    dumps.push(Dump { name: std::mem::take(name), bytes });
+                }
+                dump = None;
+            } else {
+                hex.push_str(l);
+            }
+            continue;
+        }
+        if let Some(name) = l.strip_prefix("@@nccl ") {
+            // a name from the node: kept only as a plain file name here
+            let name: String = name
+                .trim()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+                .collect();
+            dump = Some((name.trim_start_matches('.').to_string(), String::new()));
+            continue;
+        }
         if let Some((which, text)) = &mut block {
             if l == "@@end" {
                 if let Some(r) = v.last_mut() {
@@ -87,7 +143,7 @@ fn parse(out: &str) -> Vec<Raw> {
             block = Some(("eu-stack", String::new()));
         }
     }
-    v
+    (v, dumps)
 }
 
 /// Where a remote run's evidence is kept on this machine.
@@ -135,7 +191,15 @@ pub async fn capture(c: &Conn, name: &str, secrets: &[String]) -> Result<Evidenc
         notes.push(format!("cannot create {}: nothing saved", dir.display()));
     }
     let mut procs = Vec::new();
-    for r in parse(&text) {
+    let (raws, dumps) = parse(&text);
+    let mut nccl_dumps = Vec::new();
+    for d in dumps.into_iter().filter(|d| !d.name.is_empty()) {
+        let keep = format!("nccl-{}", d.name);
+        if std::fs::write(dir.join(&keep), &d.bytes).is_ok() {
+            nccl_dumps.push(keep);
+        }
+    }
+    for r in raws {
         let (mut files, mut pnotes) = (Vec::new(), r.notes.clone());
         let py = r.py_spy.as_deref().map(evidence::parse_py_spy).unwrap_or_default();
         let nat = r.eu_stack.as_deref().map(evidence::parse_eu_stack).unwrap_or_default();
@@ -155,13 +219,30 @@ pub async fn capture(c: &Conn, name: &str, secrets: &[String]) -> Result<Evidenc
             notes: pnotes,
         });
     }
-    let ev = Evidence {
-        dir: dir.display().to_string(),
-        procs,
-        nccl_dumps: vec![],
-        notes,
-        took_ms: t0.elapsed().as_millis() as u64,
-    };
+    let ev =
+        Evidence { dir: dir.display().to_string(), procs, nccl_dumps, notes, took_ms: t0.elapsed().as_millis() as u64 };
     let _ = crate::run::write_json(&dir.join("evidence.json"), &ev);
     Ok(ev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_dumps_come_back_byte_for_byte_and_only_as_plain_names() {
+        let out = "@@proc 42\n@@state S\n@@wchan futex_wait\n@@title python3 -m sglang\n\
+                   @@nccl nccl_trace_rank_0\n00ff800a41\n@@end\n@@nccl ../../etc/passwd\n6869\n@@end\n\
+                   @@nccl bad\nzz\n@@end\n";
+        let (procs, dumps) = parse(out);
+        assert_eq!(procs.len(), 1);
+        assert_eq!(procs[0].wchan.as_deref(), Some("futex_wait"));
+        assert_eq!(
+            dumps,
+            vec![
+                Dump { name: "nccl_trace_rank_0".into(), bytes: vec![0x00, 0xff, 0x80, 0x0a, 0x41] },
+                Dump { name: "_.._etc_passwd".into(), bytes: b"hi".to_vec() },
+            ]
+        );
+    }
 }

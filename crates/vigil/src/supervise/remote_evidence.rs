@@ -63,7 +63,7 @@ struct Dump {
 /// The hex the script prints (`od -tx1`), back to bytes; None when it is not hex.
 fn unhex(s: &str) -> Option<Vec<u8>> {
     let s = s.trim().as_bytes();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.chunks(2).map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok()).collect()

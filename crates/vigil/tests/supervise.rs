@@ -39,6 +39,26 @@ fn wait_dead(pid: i32, deadline: Duration) -> bool {
     false
 }
 
+/// Waits until every thread of `pid` is stopped (`T` in /proc/PID/task/*/stat). A group stop reaches each
+/// thread on its own: a fatal signal sent before the last one stopped is delivered to it and kills the
+/// process, which would hide the grace period under test.
+fn wait_stopped(pid: i32, deadline: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < deadline {
+        let all = std::fs::read_dir(format!("/proc/{pid}/task")).map(|rd| {
+            rd.flatten().all(|t| {
+                let st = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+            })
+        });
+        if all.unwrap_or(false) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
 fn http_get(port: u16, path: &str, body: Option<&str>) -> Option<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
@@ -206,6 +226,7 @@ fn e2e_sigint_to_foreground_up_term_then_kill_after_grace() {
         }
         if !sent && j["event"] == "phase" && j["phase"] == "weights" {
             signal(server, libc::SIGSTOP);
+            assert!(wait_stopped(server, T), "llama-server did not stop");
             signal(child.id() as i32, libc::SIGINT);
             sent = true;
         }

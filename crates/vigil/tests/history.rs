@@ -142,8 +142,11 @@ fn e2e_history_two_ups_finishing_at_once_lose_no_record() {
             std::thread::spawn(move || run_bounded(c, T))
         })
         .collect();
+    let mut errs = String::new();
     for k in kids {
-        assert_eq!(k.join().unwrap().status.code(), Some(0));
+        let o = k.join().unwrap();
+        assert_eq!(o.status.code(), Some(0));
+        errs.push_str(&String::from_utf8_lossy(&o.stderr));
     }
     for n in ["a", "b"] {
         let mut c = v(&d.0);
@@ -153,7 +156,7 @@ fn e2e_history_two_ups_finishing_at_once_lose_no_record() {
     let h = history_json(&d.0, None);
     let mut names: Vec<&str> = h.iter().map(|x| x["name"].as_str().unwrap()).collect();
     names.sort();
-    assert_eq!(names, vec!["a", "b"], "{h:?}");
+    assert_eq!(names, vec!["a", "b"], "stderr of the two ups: {errs}\n{h:?}");
 }
 
 /// Stops the server (SIGSTOP) as soon as its log, polled every millisecond, shows `loading model`:
@@ -316,7 +319,9 @@ fn store_concurrent_writers_lose_nothing() {
     let d = TempDir::new("hist-conc");
     let logs = write_logs(&d);
     let mut kids = Vec::new();
-    for _ in 0..4 {
+    // eight at once into a store none of them finds: they race to create it, switch it to WAL and lay out
+    // its tables, then to write
+    for _ in 0..8 {
         let mut c = v(&d.0);
         c.args(["history", "import"]).args(&logs).stdout(std::process::Stdio::null());
         kids.push(c.spawn().unwrap());
@@ -324,7 +329,7 @@ fn store_concurrent_writers_lose_nothing() {
     for mut k in kids {
         assert_eq!(wait_bounded(&mut k, T).code(), Some(0));
     }
-    assert_eq!(history_json(&d.0, None).len(), 4 * logs.len());
+    assert_eq!(history_json(&d.0, None).len(), 8 * logs.len());
 }
 
 /// A store that is not a database: one warning line, and the exit code of the watch is unchanged.

@@ -169,6 +169,11 @@ CREATE TABLE IF NOT EXISTS phases (
 CREATE INDEX IF NOT EXISTS phases_startup ON phases(startup);
 ";
 
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
 fn db_err(path: &Path) -> impl Fn(rusqlite::Error) -> String + '_ {
     move |e| format!("{}: {e}", path.display())
 }
@@ -180,18 +185,32 @@ impl Store {
         if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
             crate::run::mkdir_private(d).map_err(|e| e.message())?;
         }
-        let err = db_err(path);
-        let conn = Connection::open(path).map_err(&err)?;
-        conn.busy_timeout(BUSY).map_err(&err)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(&err)?;
+        // Two vigils opening a new store at once race to switch it to WAL and create its tables; a step
+        // the busy handler does not cover (the journal-mode switch, a schema read upgraded to a write)
+        // answers BUSY at once: the whole open is tried again until the busy deadline.
+        let t0 = std::time::Instant::now();
+        loop {
+            match Self::try_open(path) {
+                Ok(s) => return Ok(s),
+                Err(e) if is_busy(&e) && t0.elapsed() < BUSY => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(db_err(path)(e)),
+            }
+        }
+    }
+
+    fn try_open(path: &Path) -> rusqlite::Result<Store> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(BUSY)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
         // WAL with synchronous=NORMAL: a commit does not wait for an fsync (the readiness verdict is not held
         // up by the disk) and the file is never corrupted; a power loss may drop the newest record.
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(&err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
         // No checkpoint when vigil closes the store: it ran on every exit (an fsync of the database, 15 ms
         // between the verdict and the exit here); SQLite checkpoints on its own as the log grows.
-        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(&err)?;
-        conn.pragma_update(None, "foreign_keys", "ON").map_err(&err)?;
-        conn.execute_batch(SCHEMA).map_err(&err)?;
+        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        // the schema in one write transaction taken up front (the busy handler covers BEGIN IMMEDIATE)
+        conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))?;
         Ok(Store { conn, path: path.to_path_buf() })
     }
 

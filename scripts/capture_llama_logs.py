@@ -109,7 +109,29 @@ def scenarios(m, tmp):
         "lora-missing": (["-m", f"{m}/tiny.gguf", "--lora", os.path.join(tmp, "no-such-adapter.gguf")], wait_exit),
         "mmproj-missing": (["-m", f"{m}/tiny.gguf", "--mmproj", os.path.join(tmp, "no-such-mmproj.gguf")], wait_exit),
         "bad-host-address": (["-m", f"{m}/tiny.gguf", "-c", "512", "--host", "256.1.1.1"], wait_exit),
+        "port-in-use": (["-m", f"{m}/tiny.gguf", "-c", "512"], wait_exit),
+        "ctx-size-above-training-ready-sigterm": (["-m", f"{m}/tiny.gguf", "-c", "100000"],
+                                                  ready_then(signal.SIGTERM, [COMPLETION])),
+        "api-key-unauthorized-request-sigint": (["-m", f"{m}/tiny.gguf", "-c", "512", "--api-key-file",
+                                                 api_key_file(tmp)],
+                                                ready_then(signal.SIGINT, [COMPLETION])),
+        "unknown-chat-template-name-ready": (["-m", f"{m}/tiny.gguf", "--chat-template", "no-such-template"], after(3)),
+        "chat-template-file-missing": (["-m", f"{m}/tiny.gguf", "--chat-template-file",
+                                        os.path.join(tmp, "no-such-template.jinja")], wait_exit),
+        "gpu-layers-on-cpu-build-ready-sigterm": (["-m", f"{m}/tiny.gguf", "-c", "512", "-ngl", "99"],
+                                                  ready_then(signal.SIGTERM, [CHAT])),
+        "bad-cache-type": (["-m", f"{m}/tiny.gguf", "--cache-type-k", "q9_9"], wait_exit),
+        "bad-rope-scaling": (["-m", f"{m}/tiny.gguf", "--rope-scaling", "sideways"], wait_exit),
+        "killed-while-serving": (["-m", f"{m}/tiny.gguf", "-c", "512"], ready_then(signal.SIGKILL, [CHAT, COMPLETION])),
     }
+
+
+def api_key_file(tmp):
+    # a key file, so that no key is on the command line; the request is sent without it
+    p = os.path.join(tmp, "api-keys.txt")
+    with open(p, "w") as f:
+        f.write("not-a-real-key-for-the-test\n")
+    return p
 
 
 def main():
@@ -126,7 +148,15 @@ def main():
         if only and name not in only:
             continue
         port = free_port()
+        squatter = None
+        if name == "port-in-use":
+            # another program holds the port (a listening socket), as a leftover server would
+            squatter = socket.socket()
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen()
         run(a.server, args, port, drive, os.path.join(a.out, name + ".log"))
+        if squatter:
+            squatter.close()
         print(name)
 
 

@@ -214,6 +214,15 @@ fn match_rules(p: &Profile, message: &str) -> Option<Hit> {
     hit_of(&p.rules[i], message)
 }
 
+/// The first error rule of `p` matching `message` that names a cause.
+fn cause_in(p: &Profile, message: &str) -> Option<(Cause, Option<String>)> {
+    let set = p.rule_set().matches(message.as_bytes());
+    set.iter().map(|i| &p.rules[i]).find_map(|r| match (r.kind, r.cause) {
+        (RuleKind::Error, Some(c)) => Some((c, r.hint.clone())),
+        _ => None,
+    })
+}
+
 fn hit_of(r: &Rule, message: &str) -> Option<Hit> {
     if r.re.groups() == 0 {
         return Some(hit(r, None));
@@ -282,7 +291,20 @@ impl<'p> Classifier<'p> {
             Some(s) => (s.message.to_string(), s.rank, s.level, s.stamp, s.record),
             None => (text.clone(), None, None, None, false),
         };
-        let hit = candidates().find_map(|p| match_rules(p, &message));
+        let mut hit = candidates().find_map(|p| match_rules(p, &message));
+        // A server's frame or error rule that names no cause does not hide the framework layer's cause on
+        // the same line (vLLM's "while processing method init_device: NCCL error: ..." is the init phase
+        // and an NCCL error at once).
+        if let Some(h) = hit.as_mut().filter(|h| {
+            h.cause.is_none() && h.profile != "generic" && matches!(h.kind, RuleKind::Error | RuleKind::Implies)
+        }) {
+            if let Some((c, hint)) = cause_in(self.profiles.generic(), &message) {
+                h.cause = Some(c);
+                if h.hint.is_none() {
+                    h.hint = hint;
+                }
+            }
+        }
         Line { text: truncate(&text, MAX_EVIDENCE_LEN).to_string(), message, rank, level, stamp, prefixed, hit }
     }
 }

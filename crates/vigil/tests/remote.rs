@@ -158,6 +158,18 @@ fn read(p: &std::path::Path) -> String {
 
 /// An ssh client config naming each sshd as a host (`node-TAG`), plus the odd hosts of the error
 /// tests. 0600: ssh refuses a config others can write.
+/// One node, `node-a`, behind a real sshd on loopback: the test's folder, its sshd (kept running while it
+/// lives) and the ssh config naming it. None where sshd is missing (have_sshd fails under CI=true).
+fn one_node(tag: &str) -> Option<(TempDir, Sshd, PathBuf)> {
+    if !have_sshd() {
+        return None;
+    }
+    let d = TempDir::new(tag);
+    let h = Sshd::start(&d, "a");
+    let cfg = ssh_config(&d, &[("a", &h)], "");
+    Some((d, h, cfg))
+}
+
 fn ssh_config(d: &TempDir, hosts: &[(&str, &Sshd)], extra: &str) -> PathBuf {
     let mut s = String::new();
     let user = user_name();
@@ -206,12 +218,7 @@ fn gone(pid: i32) -> bool {
 #[test]
 fn e2e_remote_up_ready_down_over_one_connection() {
     let Some(e) = env() else { return };
-    if !have_sshd() {
-        return;
-    }
-    let d = TempDir::new("rup");
-    let h = Sshd::start(&d, "a");
-    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let Some((d, h, cfg)) = one_node("rup") else { return };
     let port = free_port().to_string();
     let mut c = rvigil(&d, &cfg);
     c.args(["--host", "node-a", "up", "--json", "--detach", "--name", "r1", "--"])
@@ -407,12 +414,7 @@ fn drop_run(e: &Env, d: &TempDir, h: &Sshd, cfg: &std::path::Path, name: &str, d
 #[test]
 fn e2e_remote_reconnect_keeps_the_event_sequence() {
     let Some(e) = env() else { return };
-    if !have_sshd() {
-        return;
-    }
-    let d = TempDir::new("rdrop");
-    let h = Sshd::start(&d, "a");
-    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let Some((d, h, cfg)) = one_node("rdrop") else { return };
     let base = drop_run(&e, &d, &h, &cfg, "base", false);
     let n0 = h.accepted();
     let dropped = drop_run(&e, &d, &h, &cfg, "dropped", true);
@@ -580,12 +582,7 @@ fn e2e_remote_multi_node_and_fleet() {
 #[test]
 fn e2e_remote_argv_bytes_reach_the_server_unchanged() {
     let Some(e) = env() else { return };
-    if !have_sshd() {
-        return;
-    }
-    let d = TempDir::new("rargv");
-    let h = Sshd::start(&d, "a");
-    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let Some((d, _h, cfg)) = one_node("rargv") else { return };
     let hard: &[u8] = b"a b 'single' \"double\" $(touch /tmp/vigil-argv-pwned) `id`; echo x\nnext \xff\xfe end";
     let port = free_port().to_string();
     let mut c = rvigil(&d, &cfg);
@@ -611,12 +608,7 @@ fn e2e_remote_argv_bytes_reach_the_server_unchanged() {
 /// the node's paths. `up --host` runs the same check and launches nothing.
 #[test]
 fn remote_check_reads_the_node_configs() {
-    if !have_sshd() {
-        return;
-    }
-    let d = TempDir::new("rcheck");
-    let h = Sshd::start(&d, "a");
-    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let Some((d, h, cfg)) = one_node("rcheck") else { return };
     let configs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/configs");
     let (t, dr) = (d.path("Llama-3.1-8B-Instruct"), d.path("EAGLE3-LLaMA3.1-Instruct-8B"));
     for (dir, f) in [(&t, "llama-3.1-8b-instruct.json"), (&dr, "eagle3-llama3.1-instruct-8b.json")] {
@@ -664,12 +656,7 @@ fn remote_check_reads_the_node_configs() {
 /// variable the server prints in plain words), as local `logs` does, not only `--flag value` shapes.
 #[test]
 fn e2e_remote_logs_hide_every_secret_value() {
-    if !have_sshd() {
-        return;
-    }
-    let d = TempDir::new("rsecret");
-    let h = Sshd::start(&d, "a");
-    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let Some((d, _h, cfg)) = one_node("rsecret") else { return };
     let secret = "sk-remote-7f3a9c1e5b";
     let mut c = rvigil(&d, &cfg);
     c.args(["--host", "node-a", "up", "--name", "sec", "--no-probe", "--no-check"])
@@ -693,13 +680,8 @@ fn e2e_remote_logs_hide_every_secret_value() {
 #[test]
 fn e2e_remote_stall_evidence_is_captured_on_the_node() {
     let Some(e) = env() else { return };
-    if !have_sshd() {
-        return;
-    }
     let Some(_eu) = tool("/usr/bin/eu-stack", "elfutils") else { return };
-    let d = TempDir::new("revid");
-    let h = Sshd::start(&d, "a");
-    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let Some((d, _h, cfg)) = one_node("revid") else { return };
     let fifo = fifo_model(&d);
     // PyTorch's NCCL flight recorder enabled in the server's environment, a rank's (binary) dump on the node
     let prefix = d.path("nccl_trace_rank_").display().to_string();
@@ -750,12 +732,7 @@ fn e2e_remote_stall_evidence_is_captured_on_the_node() {
 #[test]
 fn e2e_remote_on_stall_stop_stops_the_run_on_the_node() {
     let Some(e) = env() else { return };
-    if !have_sshd() {
-        return;
-    }
-    let d = TempDir::new("rstop");
-    let h = Sshd::start(&d, "a");
-    let cfg = ssh_config(&d, &[("a", &h)], "");
+    let Some((d, _h, cfg)) = one_node("rstop") else { return };
     let fifo = fifo_model(&d);
     let mut c = rvigil(&d, &cfg);
     c.args(["--host", "node-a", "up", "--json", "--name", "r2", "--stall", "2s", "--"])

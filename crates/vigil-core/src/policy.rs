@@ -10,9 +10,11 @@ use crate::judge::Report;
 use crate::types::{Cause, Verdict};
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Keep is the default: a server vigil only attached to is not vigil's to stop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnStall {
+    #[default]
     Keep,
     Stop,
 }
@@ -40,7 +42,7 @@ pub fn applies(r: &Report) -> bool {
 }
 
 /// What the policy did, told as an event.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct StallAction {
     pub action: OnStall,
     /// Processes of the server's tree when the policy applied.

@@ -285,7 +285,6 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
     let t0 = Instant::now();
     let (_, out, _) = conn.exec(&remote::stop_script(conn, name, grace), grace + Duration::from_secs(60)).await?;
     let out = String::from_utf8_lossy(&out).into_owned();
-    let mut ok = true;
     // each line carries its time on the node since the script began
     let at = t0.elapsed().as_millis() as u64;
     let at = at.saturating_sub(out.lines().last().and_then(|l| l.split(' ').next()?.parse::<u64>().ok()).unwrap_or(0));
@@ -308,7 +307,7 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
                 ),
             ),
             "left" => {
-                ok = false;
+                res.ok = false;
                 if let Some(p) = rest.split_whitespace().next().and_then(|p| p.parse().ok()) {
                     res.survivors.push(p);
                 }
@@ -319,14 +318,13 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
                 rep.note(t, &format!("GPU memory released: {} MiB no longer held (nvidia-smi)", rest.trim()))
             }
             "gpu-held" => {
-                ok = false;
+                res.ok = false;
                 res.gpu_released = Some(false);
                 rep.note(t, &format!("GPU memory NOT released on {}: pid/MiB {rest}", conn.dest));
             }
             _ => {}
         }
     }
-    res.ok = ok;
     Ok(res)
 }
 

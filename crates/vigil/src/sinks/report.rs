@@ -221,10 +221,9 @@ impl Reporter {
             }
             (_, Event::OnStall(s)) => {
                 let what = match (s.action, s.survivors.is_empty(), &s.host) {
-                    (_, _, h) if s.failed.is_some() => format!(
-                        "--on-stall stop: could not stop it on {}: {}",
-                        h.as_deref().unwrap_or("this machine"),
-                        s.failed.as_deref().unwrap_or_default()
+                    _ if let Some(f) = &s.failed => format!(
+                        "--on-stall stop: could not stop it on {}: {f}",
+                        s.host.as_deref().unwrap_or("this machine")
                     ),
                     (vigil_core::policy::OnStall::Keep, _, Some(h)) => format!("--on-stall keep: left running on {h}"),
                     (vigil_core::policy::OnStall::Keep, _, None) => {

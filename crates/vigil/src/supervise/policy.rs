@@ -14,7 +14,7 @@ const PORT_WAIT: Duration = Duration::from_secs(5);
 /// Applies the policy to a verdict that ends vigil's watch: the server's root process is `a.pid`, its
 /// run (stopped through its keeper) the folder of `a.exit_state`; `port` is the server's port when known.
 pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait::Args, port: Option<u16>) {
-    let policy = a.on_stall.unwrap_or(OnStall::Keep);
+    let policy = a.on_stall.unwrap_or_default();
     let (pid, grace) = (a.pid, a.stop_grace);
     let run_dir = a.exit_state.as_deref().and_then(Path::parent);
     if !vigil_core::policy::applies(r) {
@@ -37,16 +37,7 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
     if pids.is_empty() {
         return; // nothing lingers
     }
-    let mut act = StallAction {
-        action: policy,
-        pids: pids.clone(),
-        survivors: vec![],
-        port,
-        port_free: None,
-        gpu_released: None,
-        host: None,
-        failed: None,
-    };
+    let mut act = StallAction { action: policy, pids: pids.clone(), port, ..StallAction::default() };
     match policy {
         OnStall::Keep => {
             let how = match run_dir.and_then(|d| d.file_name()).and_then(|n| n.to_str()) {
@@ -114,18 +105,9 @@ pub async fn on_verdict_remote(
     if !vigil_core::policy::applies(r) {
         return;
     }
-    let policy = a.on_stall.unwrap_or(OnStall::Keep);
+    let policy = a.on_stall.unwrap_or_default();
     let host = w.conn.dest.clone();
-    let mut act = StallAction {
-        action: policy,
-        pids: vec![],
-        survivors: vec![],
-        port: None,
-        port_free: None,
-        gpu_released: None,
-        host: Some(host.clone()),
-        failed: None,
-    };
+    let mut act = StallAction { action: policy, host: Some(host.clone()), ..StallAction::default() };
     match policy {
         OnStall::Keep => push_detail(
             r,

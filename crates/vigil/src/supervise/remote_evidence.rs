@@ -80,41 +80,38 @@ struct Raw {
     notes: Vec<String>,
 }
 
+/// What a `@@name` ... `@@end` block of the script holds.
+enum Block {
+    PySpy,
+    EuStack,
+    /// An NCCL dump, by its file name on the node (kept only as a plain file name here).
+    Nccl(String),
+}
+
 /// Splits the script's output into processes and NCCL dumps.
 fn parse(out: &str) -> (Vec<Raw>, Vec<Dump>) {
     let mut v: Vec<Raw> = Vec::new();
     let mut dumps = Vec::new();
-    let mut block: Option<(&str, String)> = None;
-    let mut dump: Option<(String, String)> = None;
+    let mut block: Option<(Block, String)> = None;
     for l in out.lines() {
-        if let Some((name, hex)) = &mut dump {
-            if l == "@@end" {
-                if let Some(bytes) = unhex(hex) {
-                    dumps.push(Dump { name: std::mem::take(name), bytes });
-                }
-                dump = None;
-            } else {
-                hex.push_str(l);
-            }
-            continue;
-        }
-        if let Some(name) = l.strip_prefix("@@nccl ") {
-            // a name from the node: kept only as a plain file name here
-            let name: String = name
-                .trim()
-                .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
-                .collect();
-            dump = Some((name.trim_start_matches('.').to_string(), String::new()));
-            continue;
-        }
         if let Some((which, text)) = &mut block {
             if l == "@@end" {
-                if let Some(r) = v.last_mut() {
-                    let t = std::mem::take(text);
-                    match *which {
-                        "py-spy" => r.py_spy = Some(t),
-                        _ => r.eu_stack = Some(t),
+                let t = std::mem::take(text);
+                match which {
+                    Block::Nccl(name) => {
+                        if let Some(bytes) = unhex(&t) {
+                            dumps.push(Dump { name: std::mem::take(name), bytes });
+                        }
+                    }
+                    Block::PySpy => {
+                        if let Some(r) = v.last_mut() {
+                            r.py_spy = Some(t);
+                        }
+                    }
+                    Block::EuStack => {
+                        if let Some(r) = v.last_mut() {
+                            r.eu_stack = Some(t);
+                        }
                     }
                 }
                 block = None;
@@ -122,6 +119,15 @@ fn parse(out: &str) -> (Vec<Raw>, Vec<Dump>) {
                 text.push_str(l);
                 text.push('\n');
             }
+            continue;
+        }
+        if let Some(name) = l.strip_prefix("@@nccl ") {
+            let name: String = name
+                .trim()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+                .collect();
+            block = Some((Block::Nccl(name.trim_start_matches('.').to_string()), String::new()));
             continue;
         }
         if let Some(p) = l.strip_prefix("@@proc ") {
@@ -138,9 +144,9 @@ fn parse(out: &str) -> (Vec<Raw>, Vec<Dump>) {
         } else if let Some(s) = l.strip_prefix("@@note ") {
             r.notes.push(s.trim().to_string());
         } else if l == "@@py-spy" {
-            block = Some(("py-spy", String::new()));
+            block = Some((Block::PySpy, String::new()));
         } else if l == "@@eu-stack" {
-            block = Some(("eu-stack", String::new()));
+            block = Some((Block::EuStack, String::new()));
         }
     }
     (v, dumps)

@@ -112,16 +112,24 @@ pub fn fifo_model(dir: &TempDir) -> PathBuf {
     p
 }
 
-/// Waits (bounded) until the file contains `needle`. Polls the file: the condition is the event.
-pub fn wait_for_text(path: &Path, needle: &str, deadline: Duration) -> bool {
+/// Polls `cond` every `every` until it holds (true) or the deadline passes (false): for states the kernel
+/// or a file shows and no event announces.
+pub fn poll_until(deadline: Duration, every: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < deadline {
-        if std::fs::read_to_string(path).map(|s| s.contains(needle)).unwrap_or(false) {
+        if cond() {
             return true;
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(every);
     }
     false
+}
+
+/// Waits (bounded) until the file contains `needle`. Polls the file: the condition is the event.
+pub fn wait_for_text(path: &Path, needle: &str, deadline: Duration) -> bool {
+    poll_until(deadline, Duration::from_millis(5), || {
+        std::fs::read_to_string(path).map(|s| s.contains(needle)).unwrap_or(false)
+    })
 }
 
 /// Runs a command to completion with a deadline; kills it and fails the test past the deadline.

@@ -6,7 +6,7 @@ use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const T: Duration = Duration::from_secs(90);
 
@@ -29,34 +29,21 @@ fn pid_alive(pid: i32) -> bool {
 }
 
 fn wait_dead(pid: i32, deadline: Duration) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < deadline {
-        if !pid_alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
+    poll_until(deadline, Duration::from_millis(10), || !pid_alive(pid))
 }
 
 /// Waits until every thread of `pid` is stopped (`T` in /proc/PID/task/*/stat). A group stop reaches each
 /// thread on its own: a fatal signal sent before the last one stopped is delivered to it and kills the
 /// process, which would hide the grace period under test.
 fn wait_stopped(pid: i32, deadline: Duration) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < deadline {
-        let all = std::fs::read_dir(format!("/proc/{pid}/task")).map(|rd| {
+    poll_until(deadline, Duration::from_millis(2), || {
+        std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|rd| {
             rd.flatten().all(|t| {
                 let st = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
                 st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
             })
-        });
-        if all.unwrap_or(false) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    false
+        })
+    })
 }
 
 fn http_get(port: u16, path: &str, body: Option<&str>) -> Option<String> {

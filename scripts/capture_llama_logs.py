@@ -8,7 +8,7 @@ written from the scenario and the text, not from vigil.
 
 Usage: scripts/capture_llama_logs.py --server PATH --models DIR --out DIR [--only NAME,...]
 """
-import argparse, json, os, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, signal, socket, subprocess, tempfile, time, urllib.request
 
 
 def free_port():
@@ -109,7 +109,7 @@ def scenarios(m, tmp):
         "lora-missing": (["-m", f"{m}/tiny.gguf", "--lora", os.path.join(tmp, "no-such-adapter.gguf")], wait_exit),
         "mmproj-missing": (["-m", f"{m}/tiny.gguf", "--mmproj", os.path.join(tmp, "no-such-mmproj.gguf")], wait_exit),
         "bad-host-address": (["-m", f"{m}/tiny.gguf", "-c", "512", "--host", "256.1.1.1"], wait_exit),
-        "port-in-use": (["-m", f"{m}/tiny.gguf", "-c", "512"], wait_exit),
+        "port-in-use": (["-m", f"{m}/tiny.gguf", "-c", "512"], wait_exit, squat),
         "ctx-size-above-training-ready-sigterm": (["-m", f"{m}/tiny.gguf", "-c", "100000"],
                                                   ready_then(signal.SIGTERM, [COMPLETION])),
         "api-key-unauthorized-request-sigint": (["-m", f"{m}/tiny.gguf", "-c", "512", "--api-key-file",
@@ -124,6 +124,14 @@ def scenarios(m, tmp):
         "bad-rope-scaling": (["-m", f"{m}/tiny.gguf", "--rope-scaling", "sideways"], wait_exit),
         "killed-while-serving": (["-m", f"{m}/tiny.gguf", "-c", "512"], ready_then(signal.SIGKILL, [CHAT, COMPLETION])),
     }
+
+
+def squat(port):
+    # another program holds the port (a listening socket), as a leftover server would
+    s = socket.socket()
+    s.bind(("127.0.0.1", port))
+    s.listen()
+    return s
 
 
 def api_key_file(tmp):
@@ -144,19 +152,15 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="vigil-capture-")
     only = set(filter(None, a.only.split(",")))
-    for name, (args, drive) in scenarios(a.models, tmp).items():
+    # a scenario is (arguments, how to drive the server[, what to set up on its port first])
+    for name, (args, drive, *setup) in scenarios(a.models, tmp).items():
         if only and name not in only:
             continue
         port = free_port()
-        squatter = None
-        if name == "port-in-use":
-            # another program holds the port (a listening socket), as a leftover server would
-            squatter = socket.socket()
-            squatter.bind(("127.0.0.1", port))
-            squatter.listen()
+        held = [f(port) for f in setup]
         run(a.server, args, port, drive, os.path.join(a.out, name + ".log"))
-        if squatter:
-            squatter.close()
+        for h in held:
+            h.close()
         print(name)
 
 

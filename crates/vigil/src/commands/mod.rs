@@ -19,32 +19,33 @@ use vigil_core::{Profiles, Verdict};
 
 /// `vigil status`: every run with its state and phase.
 pub async fn status(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<i32, CliError> {
-    let p = profiles.clone();
-    let r = nodes
-        .each(move |n| {
-            let p = p.clone();
-            async move { n.status(&p).await }
-        })
-        .await;
-    let (rows, code) = gather(r);
-    if code.is_ok() || !rows.is_empty() {
-        crate::tables::status(&rows, json);
-    }
-    code
+    table(nodes, json, profiles, |n, p| async move { n.status(&p).await }, crate::tables::status).await
 }
 
 /// `vigil ps`: inference servers that vigil did not start.
 pub async fn ps(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<i32, CliError> {
+    table(nodes, json, profiles, |n, p| async move { n.ps(&p).await }, crate::tables::ps).await
+}
+
+/// Rows from every node (each over its own connection), shown as one table; the exit code is the worst
+/// node's, and the rows that did come are shown even when a node failed.
+async fn table<T, F, Fut>(
+    nodes: &Nodes,
+    json: bool,
+    profiles: &Profiles,
+    rows_of: F,
+    render: fn(&[T], bool),
+) -> Result<i32, CliError>
+where
+    T: 'static,
+    F: Fn(AnyNode, Profiles) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = Result<Vec<T>, CliError>> + 'static,
+{
     let p = profiles.clone();
-    let r = nodes
-        .each(move |n| {
-            let p = p.clone();
-            async move { n.ps(&p).await }
-        })
-        .await;
+    let r = nodes.each(move |n| rows_of(n, p.clone())).await;
     let (rows, code) = gather(r);
     if code.is_ok() || !rows.is_empty() {
-        crate::tables::ps(&rows, json);
+        render(&rows, json);
     }
     code
 }

@@ -24,14 +24,31 @@ pub fn rows<T: serde::Serialize>(rows: &[T], json: bool, empty: &str, header: &s
     }
 }
 
+/// The HOST column: shown only when some row is on a remote node.
+struct HostColumn(bool);
+
+impl HostColumn {
+    fn of<'a>(hosts: impl IntoIterator<Item = &'a Option<String>>) -> HostColumn {
+        HostColumn(hosts.into_iter().any(Option::is_some))
+    }
+    fn cell(&self, h: &Option<String>) -> String {
+        if self.0 {
+            format!("{:<20} ", h.as_deref().unwrap_or("-"))
+        } else {
+            String::new()
+        }
+    }
+    fn header(&self) -> String {
+        self.cell(&Some("HOST".into()))
+    }
+}
+
 /// `vigil status` (with a HOST column for runs on remote nodes).
 pub fn status(rows: &[RunRow], json: bool) {
-    let remote = rows.iter().any(|r| r.host.is_some());
-    let host =
-        |h: &Option<String>| if remote { format!("{:<20} ", h.as_deref().unwrap_or("-")) } else { String::new() };
+    let host = HostColumn::of(rows.iter().map(|r| &r.host));
     let header = format!(
         "{}{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
-        if remote { format!("{:<20} ", "HOST") } else { String::new() },
+        host.header(),
         "NAME",
         "SERVER",
         "STATE",
@@ -44,7 +61,7 @@ pub fn status(rows: &[RunRow], json: bool) {
     self::rows(rows, json, "no runs", &header, |r| {
         format!(
             "{}{:<16} {:<10} {:<14} {:<12} {:>8} {:>6} {:>8} {:>9}",
-            host(&r.host),
+            host.cell(&r.host),
             r.name,
             r.server.clone().unwrap_or_else(|| "-".into()),
             r.state,
@@ -59,23 +76,14 @@ pub fn status(rows: &[RunRow], json: bool) {
 
 /// `vigil ps` (with a HOST column for remote nodes).
 pub fn ps(rows: &[ProcRow], json: bool) {
-    let remote = rows.iter().any(|r| r.host.is_some());
-    let host =
-        |h: &Option<String>| if remote { format!("{:<20} ", h.as_deref().unwrap_or("-")) } else { String::new() };
-    let header = format!(
-        "{}{:>8} {:<10} {:>8} {:<12} {:>9} CMD",
-        if remote { format!("{:<20} ", "HOST") } else { String::new() },
-        "PID",
-        "SERVER",
-        "AGE",
-        "PORTS",
-        "GPU MiB"
-    );
+    let host = HostColumn::of(rows.iter().map(|r| &r.host));
+    let header =
+        format!("{}{:>8} {:<10} {:>8} {:<12} {:>9} CMD", host.header(), "PID", "SERVER", "AGE", "PORTS", "GPU MiB");
     self::rows(rows, json, "no inference servers found that vigil did not start", &header, |r| {
         let ports = r.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
         format!(
             "{}{:>8} {:<10} {:>8} {:<12} {:>9} {}",
-            host(&r.host),
+            host.cell(&r.host),
             r.pid,
             r.server,
             r.age_s.map_or("-".into(), |a| fmt_ms(a * 1000)),

@@ -673,6 +673,27 @@ fn e2e_remote_logs_hide_every_secret_value() {
     assert!(!t.contains(secret), "logs --host printed the secret: {t}");
 }
 
+/// `vigil --host node-a up NAME` of the real llama-server blocked opening a FIFO model (as on stuck storage),
+/// `--stall 2s` and `flags` before `--`: its output and JSON lines, the verdict asserted `stalled`, and the
+/// server's pid on the node.
+fn up_stalled_on_node(
+    e: &Env,
+    d: &TempDir,
+    cfg: &std::path::Path,
+    name: &str,
+    flags: &[&str],
+) -> (std::process::Output, Vec<serde_json::Value>, i64) {
+    let fifo = fifo_model(d);
+    let mut c = rvigil(d, cfg);
+    c.args(["--host", "node-a", "up", "--json", "--name", name, "--stall", "2s"]).args(flags).arg("--");
+    c.arg(&e.server).arg("-m").arg(&fifo).args(["--port", &free_port().to_string()]);
+    let o = run_bounded(c, T);
+    let v = json_lines(&o);
+    assert_eq!(verdict(&v)["verdict"], "stalled", "{}", text(&o));
+    let pid = v.iter().find(|x| x["event"] == "launched").expect("launched")["pid"].as_i64().unwrap();
+    (o, v, pid)
+}
+
 /// Issue #17: a run stalled on a node (the real llama-server blocked opening a FIFO model): the evidence is
 /// captured there, over the run's connection (wait channels; eu-stack's native frames, Debian's elfutils),
 /// at the verdict and again with `vigil --host H dump NAME`; the raw output is kept on this machine, with the
@@ -682,25 +703,13 @@ fn e2e_remote_stall_evidence_is_captured_on_the_node() {
     let Some(e) = env() else { return };
     let Some(_eu) = tool("/usr/bin/eu-stack", "elfutils") else { return };
     let Some((d, _h, cfg)) = one_node("revid") else { return };
-    let fifo = fifo_model(&d);
     // PyTorch's NCCL flight recorder enabled in the server's environment, a rank's (binary) dump on the node
     let prefix = d.path("nccl_trace_rank_").display().to_string();
     let dump: Vec<u8> = (0..=255u8).chain(b"flight recorder of rank 3".iter().copied()).collect();
     std::fs::write(format!("{prefix}3"), &dump).unwrap();
-    let mut c = rvigil(&d, &cfg);
-    c.args(["--host", "node-a", "up", "--json", "--name", "r1", "--stall", "2s", "--on-stall", "keep"])
-        .args(["--env", "TORCH_NCCL_TRACE_BUFFER_SIZE=2000", "--env"])
-        .arg(format!("TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}"))
-        .arg("--")
-        .arg(&e.server)
-        .arg("-m")
-        .arg(&fifo)
-        .args(["--port", &free_port().to_string()]);
-    let o = run_bounded(c, T);
-    let v = json_lines(&o);
-    let r = verdict(&v);
-    assert_eq!(r["verdict"], "stalled", "{}", text(&o));
-    let pid = v.iter().find(|x| x["event"] == "launched").expect("launched")["pid"].as_i64().unwrap();
+    let nccl = format!("TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}");
+    let flags = ["--on-stall", "keep", "--env", "TORCH_NCCL_TRACE_BUFFER_SIZE=2000", "--env", &nccl];
+    let (_, v, pid) = up_stalled_on_node(&e, &d, &cfg, "r1", &flags);
     let act = v.iter().find(|x| x["event"] == "on_stall").expect("on_stall event");
     assert_eq!((act["action"].as_str(), act["host"].as_str()), (Some("keep"), Some("node-a")), "{act}");
     assert!(!gone(pid as i32), "--on-stall keep stopped the run");
@@ -733,17 +742,7 @@ fn e2e_remote_stall_evidence_is_captured_on_the_node() {
 fn e2e_remote_on_stall_stop_stops_the_run_on_the_node() {
     let Some(e) = env() else { return };
     let Some((d, _h, cfg)) = one_node("rstop") else { return };
-    let fifo = fifo_model(&d);
-    let mut c = rvigil(&d, &cfg);
-    c.args(["--host", "node-a", "up", "--json", "--name", "r2", "--stall", "2s", "--"])
-        .arg(&e.server)
-        .arg("-m")
-        .arg(&fifo)
-        .args(["--port", &free_port().to_string()]);
-    let o = run_bounded(c, T);
-    let v = json_lines(&o);
-    assert_eq!(verdict(&v)["verdict"], "stalled", "{}", text(&o));
-    let pid = v.iter().find(|x| x["event"] == "launched").expect("launched")["pid"].as_i64().unwrap();
+    let (o, v, pid) = up_stalled_on_node(&e, &d, &cfg, "r2", &[]);
     let pos = |ev: &str| v.iter().position(|x| x["event"] == ev).unwrap_or_else(|| panic!("no {ev}: {}", text(&o)));
     assert!(pos("evidence") < pos("on_stall"), "the evidence is saved before the stop");
     let act = &v[pos("on_stall")];

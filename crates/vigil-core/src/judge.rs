@@ -697,6 +697,11 @@ impl Judge {
                         b.forced = Some(p);
                     } else {
                         b.implied = Some(b.implied.map_or(p, |q| q.max(p)));
+                        // Python prints frames outermost first: a deeper frame that implies a phase of its
+                        // own decides over a forced outer one (vLLM's capture under _initialize_kv_caches).
+                        if h.kind == RuleKind::Implies {
+                            b.forced = None;
+                        }
                     }
                 }
             }

@@ -8,7 +8,7 @@ LABELS.tsv: one line a run: stack, run name, EXPECT (verdict=.. phase=.. cause=.
 must say: verdict/cause), note. CAPTURE_DIR: an unpacked realserve-<stack>-<scenarios>.tgz (its <tag>/ folder),
 with <run>/run/server.log (the keeper's log: the server's stdout and stderr as it wrote them) and
 <run>/run/state.json. Writes corpus/captured/<stack>-<version>-<run>.log (header + the log, byte for byte) and
-corpus/captured/LIVE.tsv (file, exit code, signal, requested stop, engine death seen, expected live verdict)."""
+corpus/captured/LIVE.tsv (file, exit code or 'running', signal, expected live verdict)."""
 import csv, json, os, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,10 +56,13 @@ def main():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(("\n".join(head) + "\n").encode())
             f.write(body)
-        requested = os.path.exists(os.path.join(d, "run", "stop.json"))
-        live.append([name, str(st.get("exit_code")), str(st.get("exit_signal")), live_expect])
+        if st.get("running"):
+            # still running when the run folder was copied (a ready server, stopped by vigil down after that)
+            live.append([name, "running", "-", live_expect])
+        else:
+            live.append([name, str(st.get("exit_code")), str(st.get("exit_signal")), live_expect])
     with open(os.path.join(OUT, "LIVE.tsv"), "w") as f:
-        f.write("# file\texit_code\texit_signal\tlive verdict the watch must reach (verdict[/cause]); from the label, not from vigil\n")
+        f.write("# file\texit_code ('running': alive when the run folder was copied)\texit_signal\tlive verdict the watch must reach (verdict[/cause]); from the label, not from vigil\n")
         for r in sorted(live):
             f.write("\t".join(r) + "\n")
 

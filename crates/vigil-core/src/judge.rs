@@ -777,7 +777,13 @@ impl Judge {
                         self.become_ready(ev);
                     }
                 }
-                RuleKind::Shutdown => self.shutdown = true,
+                // The server's own shutdown lines after a fatal error are its reaction to it, not a stop
+                // that someone asked for.
+                RuleKind::Shutdown => {
+                    if !self.block.as_ref().is_some_and(|b| b.terminal) {
+                        self.shutdown = true;
+                    }
+                }
                 RuleKind::Degraded => {
                     self.degraded = Some(h.hint.clone().unwrap_or_else(|| h.rule.clone()));
                 }
@@ -877,6 +883,17 @@ impl Judge {
         }
     }
 
+    /// Whether an exit after ready ends the watch in order: asked for (`requested`: `vigil down`; or the
+    /// server's own shutdown lines), or a clean status 0 of our child with no fatal block open and no engine
+    /// death seen. A clean status after a fatal block is the server ending itself on that failure.
+    pub fn exit_is_orderly(&self, x: &ExitInfo, requested: bool) -> bool {
+        if requested {
+            return true;
+        }
+        let fatal = self.block.as_ref().is_some_and(|b| b.terminal) || self.engine_death.is_some();
+        !fatal && x.orderly_after_ready(self.shutdown)
+    }
+
     fn on_exit(&mut self, x: ExitInfo, ev: &mut Vec<Event>) {
         self.exit = Some(x.clone());
         let block = self.block.take();
@@ -886,7 +903,10 @@ impl Judge {
                 self.crash_with_exit(b, x, ev);
             }
             Verdict::Ready | Verdict::Unhealthy => {
-                let orderly = x.orderly_after_ready(self.shutdown);
+                // A clean status after a fatal block is the server ending itself on that failure (vLLM's API
+                // server exits 0 after EngineDeadError: captured vllm-0.26.0-e), not an orderly stop.
+                let fatal = block.as_ref().is_some_and(|b| b.terminal) || self.engine_death.is_some();
+                let orderly = !fatal && x.orderly_after_ready(self.shutdown);
                 if !orderly {
                     let b = block.unwrap_or_default();
                     self.crash_with_exit(b, x, ev);

@@ -697,7 +697,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             // After ready, an exit that was asked for (`vigil down`) or a clean status 0 ends the watch in
             // order: not a crash, and not a later "unhealthy" from probes of a server that is gone.
             let asked = a.exit_state.as_ref().and_then(|p| p.parent()).is_some_and(|d| d.join("stop.json").exists());
-            if proof.watching() && x.orderly_after_ready(asked) {
+            if proof.watching() && judge.exit_is_orderly(&x, asked) {
                 let how = format!(
                     "the server {} after ready{}",
                     crate::up::exit_how(x.code, x.signal),

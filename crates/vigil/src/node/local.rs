@@ -111,14 +111,27 @@ impl Node for LocalNode {
         let _ = f.seek(SeekFrom::Start(pos));
         let mut split = crate::lines::Splitter::new();
         let mut buf = vec![0u8; 64 * 1024];
+        let mut redraw_quiet = false;
         while !tx.is_closed() {
             let k = f.read(&mut buf).unwrap_or(0);
             if k > 0 {
                 pos += k as u64;
+                redraw_quiet = false;
                 split.push(&buf[..k], &mut |l| {
                     let _ = tx.send(SourceMsg::Line(l));
                 });
                 continue;
+            }
+            if split.redraw_waiting() {
+                // a bar's state without its end: shown once the log was quiet for REDRAW_QUIET
+                if !redraw_quiet {
+                    redraw_quiet = true;
+                    tokio::time::sleep(crate::follow::REDRAW_QUIET).await;
+                    continue;
+                }
+                if let Some(l) = split.take_redraw() {
+                    let _ = tx.send(SourceMsg::Line(l));
+                }
             }
             // rotated (a new inode) or truncated: read the new file from its start
             if let Ok(m) = std::fs::metadata(&path) {

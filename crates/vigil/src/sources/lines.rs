@@ -119,6 +119,12 @@ impl Splitter {
     }
 }
 
+/// What a terminal shows of a log line whose progress bar redrew it with `\r`: its last non-empty state
+/// (`vigil logs` prints that, not every state the bar went through). A line without `\r` is itself.
+pub fn final_state(line: &str) -> &str {
+    line.rsplit('\r').find(|s| !s.is_empty()).unwrap_or("")
+}
+
 /// `hay` with every `needle` replaced by `with`, left to right, byte for byte (secrets in a log line, rank
 /// placeholders in a command's arguments).
 pub fn replace_bytes(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
@@ -265,6 +271,14 @@ mod tests {
         let want: Vec<(u64, u64)> = (0..=10).map(|k| (k * 1000, k)).collect();
         assert_eq!(progress, want);
         assert_eq!(verdict, Some((13_000, Verdict::Stalled)));
+    }
+
+    #[test]
+    fn the_final_state_of_a_redrawn_line() {
+        assert_eq!(final_state("plain"), "plain");
+        assert_eq!(final_state("\rbar 1/3\rbar 2/3\rbar 3/3"), "bar 3/3");
+        assert_eq!(final_state("bar 1/3\rbar 3/3\r"), "bar 3/3");
+        assert_eq!(final_state("\r\r"), "");
     }
 
     #[test]

@@ -713,16 +713,24 @@ impl Judge {
         if let Some(h) = &hit {
             match h.kind {
                 RuleKind::Phase | RuleKind::Progress | RuleKind::Heartbeat | RuleKind::HttpUp => {
+                    let mut entered = false;
                     if let Some(p) = h.phase {
                         if self.enter(l.rank.as_deref(), p, h.again, ev) {
-                            progressed = true;
+                            (progressed, entered) = (true, true);
                         }
                     }
                     if h.kind == RuleKind::Progress {
                         if let (Some(k), Some(n)) = (h.k, h.n) {
                             let rank_phase = self.rank_phase(l.rank.as_deref());
                             let pr = Progress { k, n, detail: h.detail.clone() };
-                            if self.progress.as_ref().map(|(_, x)| x) != Some(&pr) {
+                            let same = self.progress.as_ref() == Some(&(rank_phase, pr.clone()));
+                            // A bar redrawn at the count it had (tqdm's monitor refreshes a stuck bar; a
+                            // reader hands a `\r` state on before its end and again once it grew) is not
+                            // progress: only a new count is, so a capture that stops stalls on time.
+                            if same && !entered {
+                                progressed = false;
+                            }
+                            if !same {
                                 self.progress = Some((rank_phase, pr.clone()));
                                 let now = self.now;
                                 let r = self.rates.entry(rank_phase).or_insert((k, now, k, now));

@@ -462,3 +462,81 @@ proptest! {
         prop_assert_eq!((a.verdict, a.cause), (b.verdict, b.cause));
     }
 }
+
+/// vLLM's last kv-cache line before its capture bar (corpus vllm-mineru-4516).
+const KV_LINE: &str = "(EngineCore_0 pid=71136) INFO 02-08 08:54:10 [kv_cache_utils.py:853] Maximum concurrency for 16,384 tokens per request: 43.38x";
+
+/// One state of vLLM's capture bar as tqdm draws it (the `\r` before it is the reader's business).
+fn capture_state(k: u64, n: u64, secs: u64) -> String {
+    let fill = "█".repeat((10 * k / n) as usize);
+    format!(
+        "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): {:3}%|{fill:<10}| {k}/{n} [{:02}:{:02}<00:00,  1.00it/s]",
+        100 * k / n,
+        secs / 60,
+        secs % 60
+    )
+}
+
+/// Issue #23 step 4 with the acceptance's numbers, on virtual time: a capture whose bar advances every
+/// second for five minutes is never stalled under a 30 s limit for cuda_graphs; once it stops it is stalled
+/// exactly 30 s after its last advance, and a redraw of the stuck bar at the same count (tqdm's monitor
+/// thread refreshes one after 10 s) does not count as progress.
+#[test]
+fn capture_bar_advancing_every_second_for_five_minutes_is_never_stalled() {
+    let p = builtin();
+    let mut cfg = live(600_000);
+    cfg.stall_ms.insert(Phase::CudaGraphs, 30_000);
+    let mut j = Judge::new(cfg);
+    feed(&mut j, 0, line(p, "vllm", KV_LINE));
+    let mut seen = Vec::new();
+    for t in (100..=300_000u64).step_by(100) {
+        let ev = if t % 1000 == 0 {
+            feed(&mut j, t, line(p, "vllm", &capture_state(t / 1000, 400, t / 1000)))
+        } else {
+            feed(&mut j, t, Input::Tick)
+        };
+        assert!(verdict_of(&ev).is_none(), "a verdict at {t} ms while the bar advances");
+        seen.extend(ev.iter().filter_map(|e| match e {
+            Event::Progress { phase: Phase::CudaGraphs, progress, .. } => Some((t, progress.k)),
+            _ => None,
+        }));
+    }
+    assert_eq!(j.phase(), Phase::CudaGraphs);
+    assert_eq!(seen.len(), 300, "every new count is a progress event");
+    assert!(seen.iter().all(|(t, k)| *t == k * 1000));
+    let mut stalled = None;
+    for t in (300_100..=340_000u64).step_by(100) {
+        let ev = if t == 310_000 {
+            feed(&mut j, t, line(p, "vllm", &capture_state(300, 400, 310)))
+        } else {
+            feed(&mut j, t, Input::Tick)
+        };
+        if let Some(r) = verdict_of(&ev) {
+            stalled = Some((t, r.clone()));
+            break;
+        }
+    }
+    let (t, r) = stalled.expect("the stopped bar is stalled");
+    assert_eq!((r.verdict, r.phase), (Verdict::Stalled, Phase::CudaGraphs));
+    assert_eq!(t, 330_000, "stalled 30 s after the last advance, not after the redraw at the same count");
+    assert!(r.detail.as_deref().unwrap().contains("in cuda_graphs (300/400)"), "{:?}", r.detail);
+}
+
+/// A redraw of a bar at the same count is not progress; a new count is, and any other line still is.
+#[test]
+fn only_a_new_count_of_a_bar_is_progress() {
+    let p = builtin();
+    let mut cfg = live(600_000);
+    cfg.stall_ms.insert(Phase::CudaGraphs, 5_000);
+    let mut j = Judge::new(cfg);
+    feed(&mut j, 0, line(p, "vllm", &capture_state(1, 51, 0)));
+    assert_eq!(j.phase(), Phase::CudaGraphs);
+    feed(&mut j, 3_000, line(p, "vllm", &capture_state(1, 51, 3)));
+    assert_eq!(j.since_progress_ms(), 3_000, "the same count again is not progress");
+    feed(&mut j, 4_000, line(p, "vllm", &capture_state(2, 51, 4)));
+    assert_eq!(j.since_progress_ms(), 0, "a new count is");
+    feed(&mut j, 4_500, line(p, "vllm", "(EngineCore_0 pid=1) INFO 02-08 08:54:14 [core.py:1] something else"));
+    assert_eq!(j.since_progress_ms(), 0);
+    assert!(verdict_of(&feed(&mut j, 9_499, Input::Tick)).is_none());
+    assert_eq!(verdict_of(&feed(&mut j, 9_500, Input::Tick)).unwrap().verdict, Verdict::Stalled);
+}

@@ -11,7 +11,7 @@ use crate::up::{read_state, run_pids, run_state, stop_run};
 use crate::wait;
 use crate::{gpu, procs};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::evidence::Evidence;
@@ -93,11 +93,12 @@ impl Node for LocalNode {
 
     async fn log_tail(&self, name: &str, n: usize) -> Result<LogTail, CliError> {
         let (_, rec) = run::load(name)?;
-        let data = std::fs::read(&rec.log).unwrap_or_default();
+        let (data, offset) = read_tail(Path::new(&rec.log), LOG_TAIL_MAX);
         let text = String::from_utf8_lossy(&data);
         let lines: Vec<&str> = text.lines().collect();
-        let lines = lines[lines.len().saturating_sub(n)..].iter().map(|l| l.to_string()).collect();
-        Ok(LogTail { lines, offset: data.len() as u64 })
+        let lines =
+            lines[lines.len().saturating_sub(n)..].iter().map(|l| crate::lines::final_state(l).to_string()).collect();
+        Ok(LogTail { lines, offset })
     }
 
     async fn follow_log(&self, name: &str, from: u64, tx: UnboundedSender<SourceMsg>) {
@@ -111,14 +112,27 @@ impl Node for LocalNode {
         let _ = f.seek(SeekFrom::Start(pos));
         let mut split = crate::lines::Splitter::new();
         let mut buf = vec![0u8; 64 * 1024];
+        let mut redraw_quiet = false;
         while !tx.is_closed() {
             let k = f.read(&mut buf).unwrap_or(0);
             if k > 0 {
                 pos += k as u64;
+                redraw_quiet = false;
                 split.push(&buf[..k], &mut |l| {
                     let _ = tx.send(SourceMsg::Line(l));
                 });
                 continue;
+            }
+            if split.redraw_waiting() {
+                // a bar's state without its end: shown once the log was quiet for REDRAW_QUIET
+                if !redraw_quiet {
+                    redraw_quiet = true;
+                    tokio::time::sleep(crate::follow::REDRAW_QUIET).await;
+                    continue;
+                }
+                if let Some(l) = split.take_redraw() {
+                    let _ = tx.send(SourceMsg::Line(l));
+                }
             }
             // rotated (a new inode) or truncated: read the new file from its start
             if let Ok(m) = std::fs::metadata(&path) {
@@ -270,4 +284,27 @@ impl Node for LocalNode {
             let _ = run::write_json(&dir.join("startup.json"), r);
         }
     }
+}
+
+/// What `vigil logs` reads of a run's log: its last 16 MiB (the remote node's `tail -c` reads the same).
+const LOG_TAIL_MAX: u64 = 16 << 20;
+
+/// The last `max` bytes of a file (from its first whole line when that is not the file's start) and the
+/// byte offset where they end; an unreadable file is empty.
+fn read_tail(path: &Path, max: u64) -> (Vec<u8>, u64) {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else { return (Vec::new(), 0) };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(max);
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return (Vec::new(), 0);
+    }
+    let mut data = Vec::new();
+    let _ = f.take(max).read_to_end(&mut data);
+    let end = start + data.len() as u64;
+    if start > 0 {
+        let cut = data.iter().position(|b| *b == b'\n').map_or(data.len(), |i| i + 1);
+        data.drain(..cut);
+    }
+    (data, end)
 }

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::ExitInfo;
 
@@ -656,16 +656,11 @@ pub async fn follow_log(w: RemoteWatch, tx: UnboundedSender<SourceMsg>) {
         let off = w.bytes.load(Ordering::SeqCst);
         if let Ok(mut child) = w.conn.spawn(&tail_script(&w.conn, &w.name, off)).await {
             let mut out = child.stdout.take().unwrap();
-            loop {
-                match out.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        split.push(&buf[..n], &mut |l| {
-                            let _ = tx.send(SourceMsg::Line(l));
-                        });
-                        w.bytes.fetch_add(n as u64, Ordering::SeqCst);
-                    }
-                }
+            while let Some(n) = crate::follow::read_live(&mut out, &mut buf, &mut split, &tx).await {
+                split.push(&buf[..n], &mut |l| {
+                    let _ = tx.send(SourceMsg::Line(l));
+                });
+                w.bytes.fetch_add(n as u64, Ordering::SeqCst);
             }
             let _ = child.kill().await;
         }

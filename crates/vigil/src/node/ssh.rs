@@ -91,7 +91,8 @@ impl Node for SshNode {
         }
         let text = String::from_utf8_lossy(&out).into_owned();
         let (size, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
-        Ok(LogTail { lines: rest.lines().map(String::from).collect(), offset: size.trim().parse().unwrap_or(0) })
+        let lines = rest.lines().map(|l| crate::lines::final_state(l).to_string()).collect();
+        Ok(LogTail { lines, offset: size.trim().parse().unwrap_or(0) })
     }
 
     async fn follow_log(&self, name: &str, from: u64, tx: UnboundedSender<SourceMsg>) {

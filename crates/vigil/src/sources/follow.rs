@@ -29,6 +29,9 @@ pub enum SourceMsg {
 }
 
 const POLL: Duration = Duration::from_millis(25);
+/// A redraw (a progress bar's state after `\r`) is handed on once its source has been quiet this long: the
+/// bar's writer puts each state in one write, so a read that stops inside one is only a torn read.
+pub const REDRAW_QUIET: Duration = Duration::from_millis(10);
 /// With change notification, a slow poll still runs as a safety net (an event lost to a full queue).
 const SAFETY_POLL: Duration = Duration::from_secs(1);
 
@@ -134,6 +137,7 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
     let mut split = Splitter::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut waited_note = false;
+    let mut redraw_quiet = false;
     let waker = Waker::new(&path);
     loop {
         if tx.is_closed() {
@@ -177,6 +181,7 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
                 Ok(0) => break,
                 Ok(n) => {
                     got_any = true;
+                    redraw_quiet = false;
                     offset += n as u64;
                     split.push(&buf[..n], &mut |l| {
                         let _ = tx.send(SourceMsg::Line(l));
@@ -199,8 +204,49 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
                 }
                 _ => {}
             }
+            if split.redraw_waiting() {
+                // a bar's state without its end (its end is the next state): handed on once the file was
+                // quiet for REDRAW_QUIET
+                if !redraw_quiet {
+                    redraw_quiet = true;
+                    tokio::time::sleep(REDRAW_QUIET).await;
+                    continue;
+                }
+                if let Some(l) = split.take_redraw() {
+                    let _ = tx.send(SourceMsg::Line(l));
+                }
+            }
             waker.wait().await;
         }
+    }
+}
+
+/// One read of a stream; while a redraw waits for its end, a read that finds the stream quiet for
+/// `REDRAW_QUIET` hands the redraw on and tries again. `None` at the end of the stream or an error.
+pub async fn read_live<R: tokio::io::AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut [u8],
+    split: &mut Splitter,
+    tx: &UnboundedSender<SourceMsg>,
+) -> Option<usize> {
+    loop {
+        let got = if split.redraw_waiting() {
+            match tokio::time::timeout(REDRAW_QUIET, r.read(buf)).await {
+                Ok(got) => got,
+                Err(_) => {
+                    if let Some(l) = split.take_redraw() {
+                        let _ = tx.send(SourceMsg::Line(l));
+                    }
+                    continue;
+                }
+            }
+        } else {
+            r.read(buf).await
+        };
+        return match got {
+            Ok(0) | Err(_) => None,
+            Ok(n) => Some(n),
+        };
     }
 }
 
@@ -208,13 +254,10 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
 pub async fn read_stream<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: UnboundedSender<SourceMsg>) {
     let mut split = Splitter::new();
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => split.push(&buf[..n], &mut |l| {
-                let _ = tx.send(SourceMsg::Line(l));
-            }),
-        }
+    while let Some(n) = read_live(&mut r, &mut buf, &mut split, &tx).await {
+        split.push(&buf[..n], &mut |l| {
+            let _ = tx.send(SourceMsg::Line(l));
+        });
     }
     if let Some(l) = split.finish() {
         let _ = tx.send(SourceMsg::Line(l));
@@ -271,6 +314,58 @@ mod tests {
         assert_eq!(arg_value(&a, "--port"), Some("30000"));
         assert_eq!(arg_value(&a, "--node-rank"), Some("1"));
         assert_eq!(arg_value(&a, "--tp"), None);
+    }
+
+    /// The next message's line, waiting at most 5 s (the event is the message itself).
+    async fn next_line(rx: &mut tokio::sync::mpsc::UnboundedReceiver<SourceMsg>) -> Option<String> {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("no message within 5 s") {
+                Some(SourceMsg::Line(l)) => return Some(l),
+                Some(_) => continue,
+                None => return None,
+            }
+        }
+    }
+
+    /// A stream (stdin, `--log-cmd`, the remote `tail`) hands on each state of a `\r` bar while it is the
+    /// bar's latest, and never twice.
+    #[tokio::test]
+    async fn a_stream_hands_on_each_bar_state_before_its_end() {
+        use tokio::io::AsyncWriteExt;
+        let (mut w, r) = tokio::io::duplex(4096);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(read_stream(r, tx));
+        w.write_all(b"phase line\n\rbar 1/3").await.unwrap();
+        assert_eq!(next_line(&mut rx).await.as_deref(), Some("phase line"));
+        assert_eq!(next_line(&mut rx).await.as_deref(), Some("bar 1/3"));
+        w.write_all(b"\rbar 2/3").await.unwrap();
+        assert_eq!(next_line(&mut rx).await.as_deref(), Some("bar 2/3"));
+        w.write_all(b"\n").await.unwrap();
+        drop(w);
+        assert_eq!(next_line(&mut rx).await, None);
+    }
+
+    /// A followed file written by the server itself (raw tqdm bytes, as on a remote node or with `--log`)
+    /// gives the same lines.
+    #[tokio::test]
+    async fn a_followed_file_hands_on_each_bar_state_before_its_end() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("vigil-follow-bar-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("server.log");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let h = tokio::spawn(follow_file(path.clone(), tx));
+        f.write_all(b"phase line\n\rbar 1/3").unwrap();
+        assert_eq!(next_line(&mut rx).await.as_deref(), Some("phase line"));
+        assert_eq!(next_line(&mut rx).await.as_deref(), Some("bar 1/3"));
+        f.write_all(b"\rbar 2/3").unwrap();
+        assert_eq!(next_line(&mut rx).await.as_deref(), Some("bar 2/3"));
+        f.write_all(b"\nafter\n").unwrap();
+        assert_eq!(next_line(&mut rx).await.as_deref(), Some("after"), "the bar's end gave nothing again");
+        h.abort();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

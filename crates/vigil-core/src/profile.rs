@@ -57,23 +57,104 @@ pub struct ProofSpec {
     /// Where the generated text is (one token is counted when a count is missing but text came back).
     #[serde(default)]
     pub text: Vec<String>,
-    /// Per-request speculation numbers in the answer: drafted and accepted token counts.
-    pub drafted: Option<String>,
-    pub accepted: Option<String>,
+    /// Per-request speculation numbers in the answer: drafted and accepted token counts, and the
+    /// verification steps (for the accept length). Each is one pointer or a list tried in order.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub drafted: Vec<String>,
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub accepted: Vec<String>,
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub steps: Vec<String>,
     /// Speculation numbers from another endpoint: the average accept length (SGLang `/server_info`).
     pub accept_length_endpoint: Option<String>,
     #[serde(default)]
     pub accept_length: Vec<String>,
-    /// When speculation was asked for and the proof shows no drafted tokens: `degraded` (the server
-    /// reports drafts per request, so none means off) or `unverified` (it reports none per request).
+    /// When speculation was asked for and the proof brings no speculation numbers at all: `degraded`
+    /// (the server reports drafts per request, so none means off) or `unverified` (it may not report them).
     pub no_drafts: Option<String>,
+    /// How the command line asks for speculation, and where else its numbers are.
+    pub speculation: Option<SpeculationSpec>,
 }
 
 impl ProofSpec {
-    /// Speculation with no drafted tokens in the proof is a degraded server (not merely unverified).
+    /// A proof without speculation numbers is a degraded server (not merely unverified).
     pub fn no_drafts_is_degraded(&self) -> bool {
         self.no_drafts.as_deref() != Some("unverified")
     }
+}
+
+/// `[proof.speculation]`: the command-line flags that ask for speculative decoding and the server's other
+/// reports of it (engine counters on its metrics page, a periodic log line).
+#[derive(Debug, Default, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculationSpec {
+    /// Flags that ask for speculation (`--speculative-algorithm`, `-md`).
+    #[serde(default)]
+    pub flags: Vec<String>,
+    /// Values of those flags that ask for none (llama-server's `--spec-type none`).
+    #[serde(default)]
+    pub off_values: Vec<String>,
+    /// The server reads `_` as `-` in long flags (`--speculative_config`).
+    #[serde(default)]
+    pub underscores: bool,
+    /// Where the command line names the method: a flag's value, or a JSON pointer into a flag's JSON value.
+    #[serde(default)]
+    pub method: Vec<MethodSpec>,
+    /// Methods (regex on the method's value) whose drafts come from the text itself (n-gram lookup,
+    /// suffix trees): on a short proof, drafting or accepting nothing does not prove them off.
+    pub text_drafters: Option<String>,
+    /// Engine counters on the server's metrics page, read just before and just after the proof request.
+    pub metrics: Option<SpecMetricsSpec>,
+    /// A periodic log line with the drafted and accepted counts of an interval: named groups `drafted`,
+    /// `accepted` (and `length`, the mean accept length). Used when nothing better came with the proof.
+    pub log: Option<String>,
+    /// Where the names and patterns come from.
+    pub source: Option<String>,
+}
+
+/// A place on the command line that names the speculation method.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MethodSpec {
+    pub flag: String,
+    /// The flag's value is JSON: the method is at this pointer (`/method` of vLLM's `--speculative-config`).
+    pub pointer: Option<String>,
+}
+
+/// Prometheus counters of speculation on the server's metrics page (sums over their label sets).
+#[derive(Debug, Default, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SpecMetricsSpec {
+    /// Path of the metrics page (default `/metrics`).
+    pub path: Option<String>,
+    /// Draft tokens proposed.
+    pub drafted: String,
+    /// Draft tokens accepted.
+    pub accepted: String,
+    /// Verification steps (drafts): the mean accept length is 1 + accepted / steps.
+    pub steps: Option<String>,
+}
+
+/// A TOML string or array of strings, as a list.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON pointer or a list of them")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<String>, E> {
+            Ok(vec![v.to_string()])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Vec<String>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(s) = a.next_element::<String>()? {
+                out.push(s);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(V)
 }
 
 /// Facts about a server's command line.
@@ -533,6 +614,20 @@ impl Profile {
             }
             if let Some(n) = p.no_drafts.as_deref().filter(|n| !matches!(*n, "degraded" | "unverified")) {
                 return Err(ProfileError(format!("{origin}: proof: no_drafts is degraded or unverified, not '{n}'")));
+            }
+            if let Some(sp) = &p.speculation {
+                if let Some(r) = &sp.text_drafters {
+                    re(origin, "proof.speculation.text_drafters", r)?;
+                }
+                if let Some(l) = &sp.log {
+                    let r = re(origin, "proof.speculation.log", l)?;
+                    let names: Vec<&str> = r.capture_names().flatten().collect();
+                    if !(names.contains(&"drafted") && names.contains(&"accepted")) {
+                        return Err(ProfileError(format!(
+                            "{origin}: proof.speculation.log needs (?P<drafted>..) and (?P<accepted>..)"
+                        )));
+                    }
+                }
             }
             self.proof = Some(p.clone());
         }

@@ -2,19 +2,60 @@
 //! real completion proves that it generates (and, when speculation was asked for, that it speculates).
 //! After ready, each generation probe becomes a probe fact for the judge. I/O code sends the requests and
 //! feeds the answers here; every verdict of this stage (ready, degraded, unhealthy) is decided here.
+//!
+//! Speculation is judged on facts the profile says where to find (`[proof]`, `[proof.speculation]`):
+//! drafted and accepted counts in the proof's own answer (llama-server, SGLang), the delta of the engine's
+//! counters on its metrics page over the proof request (vLLM), the server's average accept length
+//! (SGLang's `/server_info`), or the counts of the server's last periodic log line. Nothing drafted is
+//! `degraded` (speculation off), drafts with none accepted is `degraded` (speculation useless); a server
+//! whose numbers cannot be read leaves speculation unverified, which is not a failure.
 
+use crate::engine_metrics::prom_sum;
 use crate::judge::{fmt_ms, ProbeOutcome, Report};
+use crate::profile::{Profiles, ProofSpec, SpecMetricsSpec, SpeculationSpec};
 use crate::Verdict;
+use regex::Regex;
 use serde::Serialize;
+use serde_json::Value;
 
-/// What a completion's answer says about speculative decoding.
+/// Where speculation numbers came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpecFrom {
+    /// The proof request's own answer (llama-server `timings`, SGLang `meta_info`).
+    Answer,
+    /// The engine's counters on its metrics page, read before and after the proof request (vLLM).
+    Metrics,
+    /// The server's last periodic log line (an interval of its traffic, not the proof request).
+    Log,
+}
+
+/// What the server says about speculative decoding.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum SpecStats {
-    /// Drafted and accepted tokens of this request (llama-server's `timings`).
-    Counts { drafted: u64, accepted: u64 },
+    /// Draft tokens proposed and accepted, with the verification steps when known.
+    Counts {
+        drafted: u64,
+        accepted: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        steps: Option<u64>,
+        /// Tokens per verification step, the bonus token included: 1 + accepted / steps (vLLM's
+        /// convention, `vllm/v1/spec_decode/metrics.py:114`), or the log line's own figure.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        accept_length: Option<f64>,
+        from: SpecFrom,
+    },
     /// The server's average accept length (SGLang's `/server_info`): above 1 means drafts are accepted.
     AcceptLength { accept_length: f64 },
+}
+
+impl SpecStats {
+    /// Counts with the accept length derived from the steps.
+    pub fn counts(drafted: u64, accepted: u64, steps: Option<u64>, from: SpecFrom) -> SpecStats {
+        let accept_length = steps.filter(|s| *s > 0).map(|s| 1.0 + accepted as f64 / s as f64);
+        SpecStats::Counts { drafted, accepted, steps, accept_length, from }
+    }
 }
 
 /// One generation attempt, as the I/O code saw it.
@@ -26,17 +67,145 @@ pub struct Generation {
     pub ms: u64,
     pub note: String,
     pub spec: Option<SpecStats>,
+    /// Why the speculation numbers could not be read (a metrics page that does not answer or lacks the
+    /// counters): speculation is then unverified, not off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_note: Option<String>,
+}
+
+/// Speculation as the command line asks for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecAsk {
+    /// The method the command names (`EAGLE3`, `eagle3`, `draft-simple`), when it names one.
+    pub method: Option<String>,
+    /// The method's drafts come from the text itself (n-gram lookup): on a short proof, drafting or
+    /// accepting nothing does not prove it off.
+    pub text_drafter: bool,
+}
+
+/// Does this command line ask for speculation, by the rules of one profile's `[proof.speculation]`?
+pub fn spec_asked(s: &SpeculationSpec, argv: &[String]) -> Option<SpecAsk> {
+    let norm: Vec<String>;
+    let argv = if s.underscores {
+        // `--speculative_config=X` → `--speculative-config=X`: only the flag's name, never its value
+        norm = argv
+            .iter()
+            .map(|a| match a.strip_prefix("--") {
+                Some(rest) => {
+                    let (k, v) = rest.split_once('=').map_or((rest, None), |(k, v)| (k, Some(v)));
+                    let k = k.replace('_', "-");
+                    v.map_or(format!("--{k}"), |v| format!("--{k}={v}"))
+                }
+                None => a.clone(),
+            })
+            .collect();
+        &norm[..]
+    } else {
+        argv
+    };
+    let present = |f: &str| argv.iter().any(|a| a == f || a.strip_prefix(f).is_some_and(|r| r.starts_with('=')));
+    let asks = s
+        .flags
+        .iter()
+        .any(|f| present(f) && !crate::arg_value(argv, f).is_some_and(|v| s.off_values.iter().any(|o| o == v)));
+    if !asks {
+        return None;
+    }
+    let method = s.method.iter().find_map(|m| {
+        let v = crate::arg_value(argv, &m.flag)?;
+        match &m.pointer {
+            None => Some(v.to_string()),
+            Some(p) => serde_json::from_str::<serde_json::Value>(v).ok()?.pointer(p)?.as_str().map(String::from),
+        }
+    });
+    let text_drafter = match (&s.text_drafters, &method) {
+        (Some(r), Some(m)) => Regex::new(r).is_ok_and(|r| r.is_match(m)),
+        _ => false,
+    };
+    Some(SpecAsk { method, text_drafter })
+}
+
+/// Does the command ask for speculation? By the rules of the server kind's own profile when it has some,
+/// else (kind unknown, or a kind without them) by the first profile whose rules say it does.
+pub fn speculation_asked(profiles: &Profiles, kind: Option<&str>, argv: &[String]) -> Option<SpecAsk> {
+    let rules = |p: &crate::profile::Profile| p.proof.as_ref().and_then(|p| p.speculation.clone());
+    match kind.and_then(|k| profiles.get(k)).and_then(rules) {
+        Some(s) => spec_asked(&s, argv),
+        None => profiles.list.iter().filter_map(rules).find_map(|s| spec_asked(&s, argv)),
+    }
+}
+
+/// The first of the JSON pointers that holds a value.
+fn first<'a>(v: &'a Value, paths: &[String]) -> Option<&'a Value> {
+    paths.iter().find_map(|p| v.pointer(p).filter(|x| !x.is_null()))
+}
+
+fn num(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+}
+
+/// What a proof's answer says, read by the profile's pointers: the tokens generated (one when no count
+/// came back but text did) and the speculation counts the answer carries.
+pub fn read_answer(spec: &ProofSpec, v: &Value) -> (u64, Option<SpecStats>) {
+    let count = first(v, &spec.tokens).and_then(num).unwrap_or(0);
+    let text_len = first(v, &spec.text).and_then(Value::as_str).map_or(0, str::len);
+    let tokens = if count == 0 && text_len > 0 { 1 } else { count };
+    let stats = first(v, &spec.drafted).and_then(num).map(|drafted| {
+        let accepted = first(v, &spec.accepted).and_then(num).unwrap_or(0);
+        SpecStats::counts(drafted, accepted, first(v, &spec.steps).and_then(num), SpecFrom::Answer)
+    });
+    (tokens, stats)
+}
+
+/// The average accept length in the answer of the profile's accept-length endpoint (SGLang `/server_info`).
+pub fn read_accept_length(spec: &ProofSpec, v: &Value) -> Option<SpecStats> {
+    first(v, &spec.accept_length).and_then(Value::as_f64).map(|accept_length| SpecStats::AcceptLength { accept_length })
+}
+
+/// The speculation counters' growth over the proof request, from the metrics page read just before
+/// (`before`: its text, `None` when it did not answer) and just after. A counter absent before the
+/// request counts from 0. `Err` says why the numbers cannot be read (then speculation is unverified).
+pub fn metrics_delta(before: Option<&str>, after: &str, m: &SpecMetricsSpec) -> Result<SpecStats, String> {
+    let Some(d1) = prom_sum(after, &m.drafted) else {
+        return Err(format!("the metrics page has no `{}`", m.drafted));
+    };
+    let Some(before) = before else {
+        return Err("the metrics page did not answer before the proof request".into());
+    };
+    let a1 = prom_sum(after, &m.accepted).unwrap_or(0.0);
+    let (d0, a0) = (prom_sum(before, &m.drafted).unwrap_or(0.0), prom_sum(before, &m.accepted).unwrap_or(0.0));
+    if d1 < d0 || a1 < a0 {
+        return Err("the speculation counters went back during the proof request (a restart?)".into());
+    }
+    let steps = m.steps.as_deref().and_then(|n| {
+        let s1 = prom_sum(after, n)?;
+        let s0 = prom_sum(before, n).unwrap_or(0.0);
+        (s1 >= s0).then(|| (s1 - s0).round() as u64)
+    });
+    Ok(SpecStats::counts((d1 - d0).round() as u64, (a1 - a0).round() as u64, steps, SpecFrom::Metrics))
+}
+
+/// The counts of a periodic log line (the profile's `log` pattern with `drafted`, `accepted` and
+/// optionally `length`), if this message is one.
+pub fn spec_from_log(re: &Regex, message: &str) -> Option<SpecStats> {
+    let c = re.captures(message)?;
+    let drafted = c.name("drafted")?.as_str().parse::<u64>().ok()?;
+    let accepted = c.name("accepted")?.as_str().parse::<u64>().ok()?;
+    let accept_length = c.name("length").and_then(|l| l.as_str().parse::<f64>().ok()).filter(|l| l.is_finite());
+    Some(SpecStats::Counts { drafted, accepted, steps: None, accept_length, from: SpecFrom::Log })
 }
 
 #[derive(Debug, Clone)]
 pub struct ProofConfig {
     /// Prove readiness with a completion (off: `--no-generate`, no URL, or a dummy health endpoint).
     pub generate: bool,
-    /// The command asks for speculative decoding.
-    pub wants_spec: bool,
-    /// With speculation asked for, a proof that shows no drafted tokens means speculation is off
-    /// (the profile's `no_drafts`): else it is only unverified.
+    /// The command asks for speculative decoding (and how).
+    pub spec: Option<SpecAsk>,
+    /// With speculation asked for, a proof that brings no speculation numbers at all means speculation
+    /// is off (the profile's `no_drafts`): else it is only unverified.
     pub no_drafts_degraded: bool,
+    /// The server's periodic log line with speculation counts (the profile's `[proof.speculation] log`).
+    pub spec_log: Option<Regex>,
     /// Give up proving after this long: `unhealthy`.
     pub timeout_ms: u64,
     /// A failed attempt is retried after this long.
@@ -49,12 +218,25 @@ impl Default for ProofConfig {
     fn default() -> Self {
         ProofConfig {
             generate: true,
-            wants_spec: false,
+            spec: None,
             no_drafts_degraded: true,
+            spec_log: None,
             timeout_ms: 120_000,
             retry_ms: 1000,
             watch: false,
         }
+    }
+}
+
+impl ProofConfig {
+    /// Speculation as a server kind's profile sees this command line: asked for (and how), what no numbers
+    /// mean, the log line that carries counts.
+    pub fn set_speculation(&mut self, profiles: &Profiles, kind: Option<&str>, argv: &[String]) {
+        let proof = profiles.proof_for(kind);
+        self.spec = speculation_asked(profiles, kind, argv);
+        self.no_drafts_degraded = proof.no_drafts_is_degraded();
+        // checked when the profile was loaded
+        self.spec_log = proof.speculation.as_ref().and_then(|s| s.log.as_deref()).and_then(|l| Regex::new(l).ok());
     }
 }
 
@@ -89,15 +271,32 @@ pub enum Step {
 pub struct Proof {
     cfg: ProofConfig,
     stage: Stage,
+    /// The counts of the server's last speculation log line, a fact for when the proof brings none.
+    log_spec: Option<SpecStats>,
 }
 
 impl Proof {
     pub fn new(cfg: ProofConfig) -> Proof {
-        Proof { cfg, stage: Stage::Starting }
+        Proof { cfg, stage: Stage::Starting, log_spec: None }
+    }
+
+    /// A log message of the server: keeps the counts of its speculation log line, while they can still
+    /// matter (speculation asked for, no verdict yet).
+    pub fn line(&mut self, message: &str) {
+        if self.cfg.spec.is_none() || self.stage == Stage::Watching {
+            return;
+        }
+        if let Some(s) = self.cfg.spec_log.as_ref().and_then(|re| spec_from_log(re, message)) {
+            self.log_spec = Some(s);
+        }
     }
 
     pub fn config_mut(&mut self) -> &mut ProofConfig {
         &mut self.cfg
+    }
+
+    pub fn config(&self) -> &ProofConfig {
+        &self.cfg
     }
 
     pub fn stage(&self) -> &Stage {
@@ -126,7 +325,7 @@ impl Proof {
             self.stage = Stage::Proving { since: at, report: Box::new(r) };
             return Step::Prove;
         }
-        let r = finish_ready(r, None, &self.cfg, log_degraded);
+        let r = finish_ready(r, None, &self.cfg, log_degraded, self.log_spec.as_ref());
         self.ready(r)
     }
 
@@ -143,7 +342,7 @@ impl Proof {
             Stage::Proving { since, report } => {
                 let since = *since;
                 if g.ok {
-                    let r = finish_ready((**report).clone(), Some(g), &self.cfg, log_degraded);
+                    let r = finish_ready((**report).clone(), Some(g), &self.cfg, log_degraded, self.log_spec.as_ref());
                     return self.ready(r);
                 }
                 let spent = at.saturating_sub(since);
@@ -180,31 +379,27 @@ pub fn health_fact(outcome: ProbeOutcome, dummy_health: bool, foreign_holder: bo
     }
 }
 
-/// The ready report with the generation proof and the speculation verdict folded in.
-pub fn finish_ready(mut r: Report, g: Option<&Generation>, cfg: &ProofConfig, log_degraded: Option<&str>) -> Report {
+/// The ready report with the generation proof and the speculation verdict folded in. `log_spec`: the
+/// counts of the server's last speculation log line, used when the proof brought none.
+pub fn finish_ready(
+    mut r: Report,
+    g: Option<&Generation>,
+    cfg: &ProofConfig,
+    log_degraded: Option<&str>,
+    log_spec: Option<&SpecStats>,
+) -> Report {
     let mut details = Vec::new();
     if let Some(g) = g {
         details.push(format!("generation proof: {} via {}", g.note, g.endpoint));
     }
-    if cfg.wants_spec {
-        match (g.and_then(|g| g.spec), log_degraded) {
-            (_, Some(d)) => r.degraded = Some(d.to_string()),
-            (Some(SpecStats::AcceptLength { accept_length }), None) => {
-                details.push(format!("speculation on: average accept length {accept_length:.2}"));
-                if accept_length <= 1.0 {
-                    r.degraded = Some("speculation off: average accept length is not above 1".into());
-                }
+    if let Some(ask) = &cfg.spec {
+        match log_degraded {
+            Some(d) => r.degraded = Some(d.to_string()),
+            None => {
+                let (detail, degraded) = speculation(ask, g, log_spec, cfg.no_drafts_degraded);
+                details.extend(detail);
+                r.degraded = degraded;
             }
-            (Some(SpecStats::Counts { drafted, accepted }), None) if drafted > 0 => {
-                details.push(format!(
-                    "speculation on: {accepted}/{drafted} drafted tokens accepted ({:.0}%)",
-                    100.0 * accepted as f64 / drafted as f64
-                ));
-            }
-            (_, None) if g.is_some() && cfg.no_drafts_degraded => {
-                r.degraded = Some("speculation off: asked for, but the proof request drafted no tokens".into());
-            }
-            _ => details.push("speculation asked for; not verified for this server".into()),
         }
     }
     if let Some(d) = &r.degraded {
@@ -216,9 +411,71 @@ pub fn finish_ready(mut r: Report, g: Option<&Generation>, cfg: &ProofConfig, lo
     r
 }
 
+/// The speculation verdict: a detail, or what is degraded.
+fn speculation(
+    ask: &SpecAsk,
+    g: Option<&Generation>,
+    log_spec: Option<&SpecStats>,
+    no_drafts_degraded: bool,
+) -> (Option<String>, Option<String>) {
+    let m = ask.method.as_deref().map(|m| format!(" ({m})")).unwrap_or_default();
+    let from = |f: SpecFrom| match f {
+        SpecFrom::Answer => "",
+        SpecFrom::Metrics => ", from the engine's counters over the proof request",
+        SpecFrom::Log => ", from the server's last speculation log line",
+    };
+    let facts = g.and_then(|g| g.spec).or(log_spec.copied());
+    match facts {
+        Some(SpecStats::Counts { drafted: 0, from: f, .. }) => {
+            let one_token = f != SpecFrom::Log && g.is_some_and(|g| g.tokens < 2);
+            if one_token || ask.text_drafter {
+                let why = if one_token {
+                    "the proof generated one token, so there was no decode step to draft for"
+                } else {
+                    "this method drafts only where the text repeats itself"
+                };
+                (Some(format!("speculation asked for{m}; nothing drafted{}, and {why}: not verified", from(f))), None)
+            } else {
+                (None, Some(format!("speculation off: asked for{m}, but the proof request drafted no tokens{}", from(f))))
+            }
+        }
+        Some(SpecStats::Counts { drafted, accepted: 0, from: f, .. }) if ask.text_drafter => (
+            Some(format!(
+                "speculation asked for{m}; {drafted} tokens drafted, 0 accepted{}, which says little of a method that drafts from the text itself: not verified",
+                from(f)
+            )),
+            None,
+        ),
+        Some(SpecStats::Counts { drafted, accepted: 0, from: f, .. }) => {
+            let label = ask.method.as_deref().map(|m| format!("{m}: ")).unwrap_or_default();
+            (None, Some(format!("speculation accepts nothing: {label}{drafted} tokens drafted, 0 accepted{}", from(f))))
+        }
+        Some(SpecStats::Counts { drafted, accepted, accept_length, from: f, .. }) => {
+            let len = accept_length.map(|l| format!(", accept length {l:.2}")).unwrap_or_default();
+            let pct = 100.0 * accepted as f64 / drafted as f64;
+            (Some(format!("speculation on: {accepted}/{drafted} drafted tokens accepted ({pct:.0}%{len}){m}{}", from(f))), None)
+        }
+        Some(SpecStats::AcceptLength { accept_length }) => {
+            let d = format!("speculation on{m}: average accept length {accept_length:.2}");
+            let off = (accept_length <= 1.0).then(|| "speculation off: average accept length is not above 1".into());
+            (Some(d), off)
+        }
+        None => match g {
+            Some(Generation { spec_note: Some(n), .. }) => {
+                (Some(format!("speculation asked for{m}; could not be verified: {n}")), None)
+            }
+            Some(_) if no_drafts_degraded => {
+                (None, Some(format!("speculation off: asked for{m}, but the proof request drafted no tokens")))
+            }
+            _ => (Some(format!("speculation asked for{m}; not verified for this server")), None),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::MethodSpec;
     use crate::Phase;
 
     fn ready_report() -> Report {
@@ -251,6 +508,7 @@ mod tests {
             ms: 3,
             note: if ok { "2 tokens in 3 ms".into() } else { "HTTP 503: loading".into() },
             spec,
+            spec_note: None,
         }
     }
 
@@ -302,7 +560,7 @@ mod tests {
     }
 
     fn spec_cfg(no_drafts_degraded: bool) -> ProofConfig {
-        ProofConfig { wants_spec: true, no_drafts_degraded, ..ProofConfig::default() }
+        ProofConfig { spec: Some(SpecAsk::default()), no_drafts_degraded, ..ProofConfig::default() }
     }
 
     #[test]
@@ -313,32 +571,199 @@ mod tests {
         assert_eq!(health_fact(ProbeOutcome::Error, true, true), ProbeOutcome::Error);
     }
 
+    fn counts(drafted: u64, accepted: u64) -> Option<SpecStats> {
+        Some(SpecStats::counts(drafted, accepted, None, SpecFrom::Answer))
+    }
+
+    fn fin(g: &Generation, cfg: &ProofConfig) -> Report {
+        finish_ready(ready_report(), Some(g), cfg, None, None)
+    }
+
     #[test]
     fn speculation_verdicts() {
-        let counts = Some(SpecStats::Counts { drafted: 12, accepted: 9 });
-        let r = finish_ready(ready_report(), Some(&gen(true, counts)), &spec_cfg(true), None);
+        let r = fin(&gen(true, counts(12, 9)), &spec_cfg(true));
         assert!(r.degraded.is_none());
-        assert!(r.detail.unwrap().contains("9/12 drafted tokens accepted (75%)"));
+        assert!(r.detail.unwrap().contains("speculation on: 9/12 drafted tokens accepted (75%)"));
 
-        let none = Some(SpecStats::Counts { drafted: 0, accepted: 0 });
-        let r = finish_ready(ready_report(), Some(&gen(true, none)), &spec_cfg(true), None);
+        let r = fin(&gen(true, counts(0, 0)), &spec_cfg(true));
         assert_eq!(r.degraded.as_deref(), Some("speculation off: asked for, but the proof request drafted no tokens"));
 
         // a server that reports no drafts per request: unverified, never degraded
-        let r = finish_ready(ready_report(), Some(&gen(true, None)), &spec_cfg(false), None);
+        let r = fin(&gen(true, None), &spec_cfg(false));
         assert!(r.degraded.is_none());
         assert!(r.detail.unwrap().contains("not verified for this server"));
+        // one that always reports them: their absence is speculation off
+        let r = fin(&gen(true, None), &spec_cfg(true));
+        assert!(r.degraded.unwrap().contains("drafted no tokens"));
 
         let low = Some(SpecStats::AcceptLength { accept_length: 1.0 });
-        let r = finish_ready(ready_report(), Some(&gen(true, low)), &spec_cfg(true), None);
+        let r = fin(&gen(true, low), &spec_cfg(true));
         assert_eq!(r.degraded.as_deref(), Some("speculation off: average accept length is not above 1"));
         let good = Some(SpecStats::AcceptLength { accept_length: 3.1 });
-        let r = finish_ready(ready_report(), Some(&gen(true, good)), &spec_cfg(true), None);
+        let r = fin(&gen(true, good), &spec_cfg(true));
         assert!(r.degraded.is_none() && r.detail.unwrap().contains("average accept length 3.10"));
 
         // the log's word wins: the draft failed to load
-        let r = finish_ready(ready_report(), Some(&gen(true, counts)), &spec_cfg(true), Some("draft model failed"));
+        let r = finish_ready(
+            ready_report(),
+            Some(&gen(true, counts(12, 9))),
+            &spec_cfg(true),
+            Some("draft model failed"),
+            None,
+        );
         assert_eq!(r.degraded.as_deref(), Some("draft model failed"));
+    }
+
+    #[test]
+    fn drafts_without_acceptance_are_degraded_with_the_numbers() {
+        let cfg = ProofConfig {
+            spec: Some(SpecAsk { method: Some("EAGLE3".into()), ..SpecAsk::default() }),
+            ..spec_cfg(true)
+        };
+        let r = fin(&gen(true, counts(96, 0)), &cfg);
+        assert_eq!(r.degraded.as_deref(), Some("speculation accepts nothing: EAGLE3: 96 tokens drafted, 0 accepted"));
+        assert_eq!(r.verdict, Verdict::Ready);
+        // with the steps, the accept length is shown (1 + accepted / steps)
+        let g = gen(true, Some(SpecStats::counts(15, 9, Some(5), SpecFrom::Answer)));
+        let r = fin(&g, &cfg);
+        assert!(r.degraded.is_none());
+        let d = r.detail.unwrap();
+        assert!(d.contains("speculation on: 9/15 drafted tokens accepted (60%, accept length 2.80) (EAGLE3)"), "{d}");
+    }
+
+    #[test]
+    fn nothing_drafted_proves_nothing_for_text_drafters_and_one_token_answers() {
+        // n-gram lookup drafts only where the text repeats: not verified, not degraded
+        let ngram =
+            ProofConfig { spec: Some(SpecAsk { method: Some("ngram".into()), text_drafter: true }), ..spec_cfg(true) };
+        let r = fin(&gen(true, counts(0, 0)), &ngram);
+        assert!(r.degraded.is_none());
+        assert!(r.detail.unwrap().contains("speculation asked for (ngram); nothing drafted, and this method drafts"));
+        // nor does accepting none of its drafts on a text without repeats
+        let r = fin(&gen(true, counts(8, 0)), &ngram);
+        assert!(r.degraded.is_none() && r.detail.unwrap().contains("(ngram); 8 tokens drafted, 0 accepted"));
+        // an answer of one token had no decode step to draft for
+        let mut g = gen(true, counts(0, 0));
+        g.tokens = 1;
+        let r = fin(&g, &spec_cfg(true));
+        assert!(r.degraded.is_none() && r.detail.unwrap().contains("no decode step"));
+    }
+
+    #[test]
+    fn unreadable_numbers_leave_speculation_unverified() {
+        let mut g = gen(true, None);
+        g.spec_note = Some("the metrics page has no `vllm:spec_decode_num_draft_tokens_total`".into());
+        // even where no numbers would mean off: the numbers could not be read at all
+        let r = fin(&g, &spec_cfg(true));
+        assert!(r.degraded.is_none());
+        assert!(r.detail.unwrap().contains("speculation asked for; could not be verified: the metrics page has no"));
+    }
+
+    #[test]
+    fn without_speculation_asked_nothing_is_said() {
+        let r = fin(&gen(true, counts(0, 0)), &ProofConfig::default());
+        assert!(r.degraded.is_none());
+        assert!(!r.detail.unwrap().contains("speculation"));
+    }
+
+    #[test]
+    fn metrics_deltas() {
+        let m = SpecMetricsSpec {
+            path: None,
+            drafted: "d_total".into(),
+            accepted: "a_total".into(),
+            steps: Some("s_total".into()),
+        };
+        let before = "d_total{engine=\"0\"} 100.0\na_total{engine=\"0\"} 40.0\ns_total{engine=\"0\"} 50.0\n";
+        let after = "d_total{engine=\"0\"} 115.0\na_total{engine=\"0\"} 49.0\ns_total{engine=\"0\"} 55.0\n";
+        let s = metrics_delta(Some(before), after, &m).unwrap();
+        assert_eq!(
+            s,
+            SpecStats::Counts {
+                drafted: 15,
+                accepted: 9,
+                steps: Some(5),
+                accept_length: Some(2.8),
+                from: SpecFrom::Metrics
+            }
+        );
+        // a counter first seen after the request counted from 0
+        assert!(matches!(metrics_delta(Some(""), after, &m), Ok(SpecStats::Counts { drafted: 115, .. })));
+        // no counters at all (metrics off): unreadable, with the name
+        assert_eq!(metrics_delta(Some(before), "other 1\n", &m).unwrap_err(), "the metrics page has no `d_total`");
+        assert!(metrics_delta(None, after, &m).unwrap_err().contains("did not answer before"));
+        assert!(metrics_delta(Some(after), before, &m).unwrap_err().contains("went back"));
+    }
+
+    #[test]
+    fn log_counts_are_a_fact_when_the_proof_brings_none() {
+        let re = Regex::new(r"Accepted: (?P<accepted>\d+) tokens, Drafted: (?P<drafted>\d+) tokens").unwrap();
+        let mut p = Proof::new(ProofConfig { spec_log: Some(re.clone()), ..spec_cfg(false) });
+        p.line("SpecDecoding metrics: Accepted: 0 tokens, Drafted: 801 tokens, more");
+        p.line("an unrelated line");
+        p.judge_ready(0, ready_report(), None);
+        let Step::Ready { report, .. } = p.generation(10, &gen(true, None), None) else { panic!() };
+        assert_eq!(
+            report.degraded.as_deref(),
+            Some("speculation accepts nothing: 801 tokens drafted, 0 accepted, from the server's last speculation log line")
+        );
+        // the proof's own numbers come first
+        let mut p = Proof::new(ProofConfig { spec_log: Some(re), ..spec_cfg(false) });
+        p.line("Accepted: 0 tokens, Drafted: 801 tokens");
+        p.judge_ready(0, ready_report(), None);
+        let Step::Ready { report, .. } = p.generation(10, &gen(true, counts(10, 7)), None) else { panic!() };
+        assert!(report.degraded.is_none());
+        // without speculation asked for, the line is ignored
+        let mut p = Proof::new(ProofConfig::default());
+        p.line("Accepted: 0 tokens, Drafted: 801 tokens");
+        assert!(p.log_spec.is_none());
+    }
+
+    #[test]
+    fn answers_are_read_by_pointer() {
+        let spec = ProofSpec {
+            tokens: vec!["/tokens_predicted".into(), "/timings/predicted_n".into()],
+            text: vec!["/content".into()],
+            drafted: vec!["/new/d".into(), "/old/d".into()],
+            accepted: vec!["/new/a".into(), "/old/a".into()],
+            steps: vec!["/steps".into()],
+            ..ProofSpec::default()
+        };
+        let v =
+            serde_json::json!({"timings": {"predicted_n": 3}, "content": "abc", "old": {"d": 6, "a": 2}, "steps": 3});
+        assert_eq!(read_answer(&spec, &v), (3, Some(SpecStats::counts(6, 2, Some(3), SpecFrom::Answer))));
+        // text without a count is one token; no drafted count is no speculation numbers
+        let v = serde_json::json!({"content": "abc", "new": {"d": null}});
+        assert_eq!(read_answer(&spec, &v), (1, None));
+    }
+
+    fn argv(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn asked_for_by_the_rules_of_a_profile() {
+        let s = SpeculationSpec {
+            flags: vec!["--speculative-config".into(), "-sc".into(), "--spec-type".into()],
+            off_values: vec!["none".into()],
+            underscores: true,
+            method: vec![MethodSpec { flag: "--speculative-config".into(), pointer: Some("/method".into()) }],
+            text_drafters: Some("^(?:ngram|suffix)$".into()),
+            ..SpeculationSpec::default()
+        };
+        assert_eq!(spec_asked(&s, &argv(&["vllm", "serve", "m"])), None);
+        let a =
+            spec_asked(&s, &argv(&["vllm", "serve", "m", "--speculative-config", r#"{"method":"eagle3"}"#])).unwrap();
+        assert_eq!((a.method.as_deref(), a.text_drafter), (Some("eagle3"), false));
+        let a = spec_asked(&s, &argv(&["vllm", "--speculative_config={\"method\": \"ngram\"}"])).unwrap();
+        assert_eq!((a.method.as_deref(), a.text_drafter), (Some("ngram"), true));
+        assert!(spec_asked(&s, &argv(&["vllm", "-sc", "{}"])).is_some_and(|a| a.method.is_none()));
+        // a value that asks for none, and a flag that only starts like one
+        assert_eq!(spec_asked(&s, &argv(&["x", "--spec-type", "none"])), None);
+        assert_eq!(spec_asked(&s, &argv(&["x", "--speculative-configs", "1"])), None);
+        // without `underscores`, `_` is another flag
+        let strict = SpeculationSpec { underscores: false, ..s };
+        assert_eq!(spec_asked(&strict, &argv(&["x", "--speculative_config", "{}"])), None);
     }
 
     #[test]

@@ -171,7 +171,15 @@ mod tests {
             v(&e),
             serde_json::json!({"event": "gpu", "held_mib": 10, "per_gpu_mib": {"0": 10}, "host_pids": false})
         );
-        let g = Generation { ok: true, endpoint: "/completion".into(), tokens: 2, ms: 1, note: "n".into(), spec: None };
+        let g = Generation {
+            ok: true,
+            endpoint: "/completion".into(),
+            tokens: 2,
+            ms: 1,
+            note: "n".into(),
+            spec: None,
+            spec_note: None,
+        };
         assert_eq!(v(&WatchEvent::Generation(&g))["event"], "generation");
         assert_eq!(v(&WatchEvent::Generation(&g))["tokens"], 2);
         let e = WatchEvent::MultiNodePhase { phase: Phase::Weights, slowest_rank: 1, slowest_host: "gpu2" };

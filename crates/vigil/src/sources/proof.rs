@@ -5,22 +5,8 @@ use crate::probe::{self, Target};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use vigil_core::profile::ProofSpec;
-pub use vigil_core::proof::{Generation, SpecStats};
-
-/// Does the command ask for speculative decoding?
-pub fn wants_speculation(argv: &[String]) -> bool {
-    let has = |f: &str| argv.iter().any(|a| a == f || a.starts_with(&format!("{f}=")));
-    has("--speculative-algorithm")
-        || has("--speculative-config")
-        || has("-md")
-        || has("--model-draft")
-        || has("--spec-draft-model")
-        || crate::follow::arg_value(argv, "--spec-type").is_some_and(|v| v != "none")
-}
-
-fn num(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| v.as_f64().map(|f| f as u64))
-}
+use vigil_core::proof;
+pub use vigil_core::proof::Generation;
 
 /// Tokens the proof asks for: two prove decoding (one prefill, one decode step, where CUDA-graph replay
 /// runs) at the least cost; with speculative decoding, enough for the drafter to run several steps
@@ -58,13 +44,11 @@ fn fill(v: &Value, tokens: u32, model: Option<&str>) -> Value {
     }
 }
 
-/// The first of the JSON pointers that holds a value.
-fn first<'a>(v: &'a Value, paths: &[String]) -> Option<&'a Value> {
-    paths.iter().find_map(|p| v.pointer(p).filter(|x| !x.is_null()))
-}
-
 /// Sends one small greedy completion as the server kind's profile describes it (`[proof]`) and checks
-/// that the answer has tokens; with speculation asked for, reads the speculation numbers too.
+/// that the answer has tokens; with speculation asked for (`read_spec`), gathers the speculation numbers
+/// where the profile says they are: the answer itself, the engine's counters on its metrics page just
+/// before and just after the request, or the server's average accept length. Only gathers: the core
+/// (`vigil_core::proof`) reads the numbers and decides.
 pub async fn generate_with(
     spec: &ProofSpec,
     t: &Target,
@@ -72,7 +56,7 @@ pub async fn generate_with(
     bearer: Option<&str>,
     hint: Option<String>,
     tokens: u32,
-    wants_spec: bool,
+    read_spec: bool,
 ) -> Generation {
     let t0 = Instant::now();
     let fail = |endpoint: &str, note: String| Generation {
@@ -82,6 +66,7 @@ pub async fn generate_with(
         ms: t0.elapsed().as_millis() as u64,
         note,
         spec: None,
+        spec_note: None,
     };
     let model = if spec.needs_model {
         // OpenAI-compatible servers need the model id first.
@@ -96,6 +81,13 @@ pub async fn generate_with(
     } else {
         None
     };
+    // The engine's speculation counters just before the request (vLLM: they count every request).
+    let counters = spec.speculation.as_ref().and_then(|s| s.metrics.as_ref()).filter(|_| read_spec);
+    let metrics_path = counters.map(|m| m.path.clone().unwrap_or_else(|| "/metrics".into()));
+    let before = match &metrics_path {
+        Some(p) => Some(page(t, p, timeout, bearer).await),
+        None => None,
+    };
     let endpoint = spec.endpoint.clone();
     let body = fill(&spec.body, tokens, model.as_deref());
     let (code, b) = match probe::request(t, "POST", &endpoint, Some(&body.to_string()), timeout, bearer).await {
@@ -105,43 +97,49 @@ pub async fn generate_with(
     let ms = t0.elapsed().as_millis() as u64;
     if code != 200 {
         let snippet: String = String::from_utf8_lossy(&b).chars().take(200).collect();
-        return Generation { ok: false, endpoint, tokens: 0, ms, note: format!("HTTP {code}: {snippet}"), spec: None };
+        return fail(&endpoint, format!("HTTP {code}: {snippet}"));
     }
     let Ok(v) = serde_json::from_slice::<Value>(&b) else {
-        return Generation { ok: false, endpoint, tokens: 0, ms, note: "answer is not JSON".into(), spec: None };
+        return fail(&endpoint, "answer is not JSON".into());
     };
-    let count = first(&v, &spec.tokens).and_then(num).unwrap_or(0);
-    let text_len = first(&v, &spec.text).and_then(Value::as_str).map_or(0, str::len);
-    let mut stats = spec.drafted.as_deref().and_then(|d| v.pointer(d)).and_then(num).map(|drafted| {
-        let accepted = spec.accepted.as_deref().and_then(|a| v.pointer(a)).and_then(num).unwrap_or(0);
-        SpecStats::Counts { drafted, accepted }
-    });
-    let tokens = if count == 0 && text_len > 0 { 1 } else { count };
+    let (tokens, mut stats) = proof::read_answer(spec, &v);
     if tokens == 0 {
-        return Generation { ok: false, endpoint, tokens: 0, ms, note: "the answer has no tokens".into(), spec: stats };
+        return Generation { spec: stats, ..fail(&endpoint, "the answer has no tokens".into()) };
     }
-    if let (true, Some(ep)) = (wants_spec, &spec.accept_length_endpoint) {
-        stats = accept_length(t, ep, &spec.accept_length, timeout, bearer)
-            .await
-            .map(|accept_length| SpecStats::AcceptLength { accept_length });
+    let mut spec_note = None;
+    if let (Some(p), Some(m), None) = (&metrics_path, counters, &stats) {
+        match page(t, p, timeout, bearer).await {
+            Ok(after) => {
+                let before = before.and_then(Result::ok);
+                match proof::metrics_delta(before.as_deref(), &after, m) {
+                    Ok(s) => stats = Some(s),
+                    Err(e) => spec_note = Some(format!("{e} ({p})")),
+                }
+            }
+            Err(e) => spec_note = Some(e),
+        }
     }
-    Generation { ok: true, endpoint, tokens, ms, note: format!("{tokens} tokens in {ms} ms"), spec: stats }
+    if let (true, None, None, Some(ep)) = (read_spec, &stats, &spec_note, &spec.accept_length_endpoint) {
+        match page(t, ep, timeout, bearer).await {
+            Ok(text) => match serde_json::from_str::<Value>(&text) {
+                // an answer without the field is a fact: the server has run no speculative step
+                Ok(v) => stats = proof::read_accept_length(spec, &v),
+                Err(_) => spec_note = Some(format!("{ep} did not answer JSON")),
+            },
+            Err(e) => spec_note = Some(e),
+        }
+    }
+    let note = format!("{tokens} tokens in {ms} ms");
+    Generation { ok: true, endpoint, tokens, ms, note, spec: stats, spec_note }
 }
 
-/// The average accept length a server publishes on its own endpoint (SGLang: `/server_info`).
-async fn accept_length(
-    t: &Target,
-    endpoint: &str,
-    paths: &[String],
-    timeout: Duration,
-    bearer: Option<&str>,
-) -> Option<f64> {
-    let (code, b) = probe::request(t, "GET", endpoint, None, timeout, bearer).await.ok()?;
-    if code != 200 {
-        return None;
+/// The text of a GET on the server (a metrics page, a server-info endpoint); `Err` says why not.
+async fn page(t: &Target, path: &str, timeout: Duration, bearer: Option<&str>) -> Result<String, String> {
+    match probe::request(t, "GET", path, None, timeout, bearer).await {
+        Ok((200, b)) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Ok((code, _)) => Err(format!("{path} answered HTTP {code}")),
+        Err(e) => Err(format!("{path}: {e}")),
     }
-    let v: Value = serde_json::from_slice(&b).ok()?;
-    first(&v, paths).and_then(Value::as_f64)
 }
 
 #[cfg(test)]
@@ -153,11 +151,5 @@ mod tests {
         let body = serde_json::json!({"model": "$model", "n": "$tokens", "nested": {"max": "$tokens"}, "keep": 0});
         let b = fill(&body, 16, Some("m"));
         assert_eq!(b, serde_json::json!({"model": "m", "n": 16, "nested": {"max": 16}, "keep": 0}));
-    }
-
-    #[test]
-    fn answers_are_read_by_pointer() {
-        let v: Value = serde_json::json!({"timings": {"predicted_n": 3}, "content": "abc"});
-        assert_eq!(first(&v, &["/tokens_predicted".into(), "/timings/predicted_n".into()]).and_then(num), Some(3));
     }
 }

@@ -298,7 +298,6 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             return Err(CliError::usage(format!("--pid {pid}: no such live process")));
         }
     }
-    let wants_spec = proof::wants_speculation(&argv);
     let generate = a.generate && target.is_some() && !dummy_health;
     let (stall_all, stall_per) = parse_stalls(&a.stall);
     let stall_phases: std::collections::BTreeSet<Phase> = stall_per.iter().map(|(p, _)| *p).collect();
@@ -482,14 +481,15 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     let mut cert_noted = false;
     let mut lines_open = has_log;
     let mut squatter_noted = false;
-    let mut proof = Proof::new(ProofConfig {
+    let mut proof_cfg = ProofConfig {
         generate,
-        wants_spec,
-        no_drafts_degraded: profiles.proof_for(server.as_deref()).no_drafts_is_degraded(),
         timeout_ms: a.generate_timeout.as_millis() as u64,
         retry_ms: 1000,
         watch: a.watch,
-    });
+        ..ProofConfig::default()
+    };
+    proof_cfg.set_speculation(&profiles, server.as_deref(), &argv);
+    let mut proof = Proof::new(proof_cfg);
     // An exit is judged only once the log has caught up (quiet for EXIT_DRAIN, at most EXIT_DRAIN_MAX):
     // the last lines a dying server writes hold the cause.
     const EXIT_DRAIN: Duration = Duration::from_millis(150);
@@ -536,7 +536,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                         if let Some(k) = classifier.kind() {
                             server = Some(k.name.clone());
                             judge.set_server(&k.name);
-                            proof.config_mut().no_drafts_degraded = profiles.proof_for(Some(&k.name)).no_drafts_is_degraded();
+                            proof.config_mut().set_speculation(&profiles, Some(&k.name), &argv);
                             if a.probe_timeout.is_none() {
                                 probe_timeout = Duration::from_secs_f64(k.probe_timeout_secs);
                             }
@@ -552,6 +552,8 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                             rep.note(ms(), &n);
                         }
                     }
+                    // the server's own speculation counts (vLLM's periodic log line), a fact for the proof
+                    proof.line(&line.message);
                     events = judge.feed(Fact { at: Some(ms()), input: Input::Line(Box::new(line)) });
                 }
                 Some(SourceMsg::Note(n)) => rep.note(ms(), &n),
@@ -848,6 +850,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 let b = bearer.clone();
                 let spec = profiles.proof_for(server.as_deref()).clone();
                 // speculation numbers are read for the proof, not for every later generation probe
+                let wants_spec = proof.config().spec.is_some();
                 let read_spec = wants_spec && !proof.watching();
                 // one attempt never outlasts the whole proof budget
                 let to = probe_timeout.max(Duration::from_secs(30)).min(a.generate_timeout);

@@ -787,11 +787,7 @@ impl Judge {
                 }
                 // The server's own shutdown lines after a fatal error are its reaction to it, not a stop
                 // that someone asked for.
-                RuleKind::Shutdown => {
-                    if !self.block.as_ref().is_some_and(|b| b.terminal) {
-                        self.shutdown = true;
-                    }
-                }
+                RuleKind::Shutdown if !self.block.as_ref().is_some_and(|b| b.terminal) => self.shutdown = true,
                 RuleKind::Degraded => {
                     self.degraded = Some(h.hint.clone().unwrap_or_else(|| h.rule.clone()));
                 }

@@ -206,6 +206,36 @@ fn e2e_stalled_standin_evidence_names_the_function_of_every_process() {
     assert_eq!(std::fs::read(dir.join("nccl-nccl_trace_rank_0")).unwrap(), b"flight recorder entries of rank 0");
 }
 
+/// The seed's zombie: the engine SIGSTOPped (state T, as a process stopped by a debugger or a job-control
+/// signal). py-spy cannot pause a stopped process to read it (`dump` fails, seen on the H200 with a stopped
+/// VLLM::EngineCore); vigil reads it without pausing (`--nonblocking`), so its function is still named.
+#[test]
+fn e2e_stopped_engine_evidence_still_names_its_function() {
+    let (Some(py), Some(spy)) = (python(), py_spy()) else { return };
+    let d = TempDir::new("evidstop");
+    let port = free_port();
+    let log = d.path("server.log");
+    let server = start_standin_env(&py, &d, port, false, &log, &[]);
+    let engine = read_pid(&d.path("engine.pid"));
+    // stopped inside its wedged function, not while it still imports
+    assert!(wait_for_text(&log, "engine: init_process_group", T), "the stand-in engine never reached its function");
+    signal(engine, libc::SIGSTOP);
+    let mut c = vigil();
+    c.env("VIGIL_PY_SPY", &spy).env("VIGIL_STATE_DIR", d.path("state"));
+    c.arg("--profiles").arg(profile_dir(&d));
+    c.args(["wait", "--json", "--server", "standin", "--stall", "2s", "--pid", &server.pid().to_string()]);
+    c.arg("--log").arg(&log);
+    let (mut child, lines) = spawn_json(c);
+    let all: Vec<serde_json::Value> = lines.collect();
+    let status = wait_bounded(&mut child, T);
+    signal(engine, libc::SIGCONT);
+    assert_eq!(status.code(), Some(4), "{}", verdict(&all));
+    let ev = all.iter().find(|v| v["event"] == "evidence").expect("evidence event");
+    let p = ev["procs"].as_array().unwrap().iter().find(|p| p["pid"] == engine).unwrap_or_else(|| panic!("{ev}"));
+    assert_eq!(p["state"], "T", "{p}");
+    assert!(p["at"].as_str().unwrap().contains("`wedged_in_dist_init`"), "{p}");
+}
+
 /// The real llama-server stalled opening its model (a FIFO, as on slow storage): its evidence has the
 /// kernel wait channel and, with eu-stack (Debian's elfutils, installed by scripts/test.sh), native frames.
 #[test]

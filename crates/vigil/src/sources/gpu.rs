@@ -272,6 +272,10 @@ pub struct Before {
     pub held: Held,
     pub tree: BTreeSet<i32>,
     pub server_start_ticks: u64,
+    /// The run's mark (`VIGIL_RUN`, set by the keeper and inherited by everything the server starts):
+    /// a process that left the tree is the run's only if it carries it. Another server sharing the GPU,
+    /// started later, is not the stopped run's leftover.
+    pub run_mark: Option<String>,
 }
 
 pub fn before_stop(root: i32, tree: &[i32]) -> Option<Before> {
@@ -280,7 +284,8 @@ pub fn before_stop(root: i32, tree: &[i32]) -> Option<Before> {
     let tree: BTreeSet<i32> = tree.iter().copied().collect();
     let held = held_by(&s, &tree, &crate::procs::exists);
     let server_start_ticks = crate::procs::read_proc(root).map(|p| p.start_ticks).unwrap_or(0);
-    Some(Before { reader, held, tree, server_start_ticks })
+    let run_mark = crate::procs::env_var(root, "VIGIL_RUN");
+    Some(Before { reader, held, tree, server_start_ticks, run_mark })
 }
 
 /// Who still holds memory on the GPUs a stopped tree used: its own pids (the driver has not released
@@ -310,6 +315,7 @@ pub fn wait_released(b: &Before, deadline: std::time::Duration) -> Vec<Holder> {
         crate::procs::alive(pid)
             && b.server_start_ticks > 0
             && crate::procs::read_proc(pid).is_some_and(|q| q.start_ticks >= b.server_start_ticks)
+            && b.run_mark.as_ref().is_none_or(|m| crate::procs::env_var(pid, "VIGIL_RUN").as_ref() == Some(m))
     };
     loop {
         let Ok(s) = b.reader.sample() else { return vec![] };

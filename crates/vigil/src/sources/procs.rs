@@ -30,6 +30,18 @@ pub fn read_proc(pid: i32) -> Option<Proc> {
     })
 }
 
+/// The value of `key` in a process's environment (bounded read of `/proc/PID/environ`; None when it is not
+/// readable, e.g. another user's process).
+pub fn env_var(pid: i32, key: &str) -> Option<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+    let mut buf = Vec::new();
+    f.take(1 << 20).read_to_end(&mut buf).ok()?;
+    let want = format!("{key}=");
+    buf.split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(want.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
+}
+
 pub fn all_procs() -> Vec<Proc> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return vec![];
@@ -436,6 +448,21 @@ pub fn output_within(mut cmd: std::process::Command, deadline: Duration) -> std:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run's mark is read from a process's environment: present in a child given it, absent in one
+    /// without it (another server sharing the GPU is not the stopped run's leftover).
+    #[test]
+    fn env_var_reads_a_childs_environment() {
+        let mut marked = std::process::Command::new("sleep").arg("30").env("VIGIL_RUN", "kimi").spawn().unwrap();
+        let mut plain = std::process::Command::new("sleep").arg("30").env_remove("VIGIL_RUN").spawn().unwrap();
+        assert_eq!(env_var(marked.id() as i32, "VIGIL_RUN").as_deref(), Some("kimi"));
+        assert_eq!(env_var(plain.id() as i32, "VIGIL_RUN"), None);
+        assert_eq!(env_var(-1, "VIGIL_RUN"), None);
+        let _ = marked.kill();
+        let _ = plain.kill();
+        let _ = marked.wait();
+        let _ = plain.wait();
+    }
 
     /// The kernel's children lists and a scan of every process find the same tree.
     #[test]

@@ -91,10 +91,19 @@ fn capture(pid: i32, dir: &Path, py_spy: Option<&Path>, eu: Option<&Path>, red: 
         let tool = py_spy.map(Path::to_path_buf).or_else(|| find_py_spy(exe.as_deref()));
         match tool {
             Some(t) => {
+                // A stopped process (state T: SIGSTOP, a debugger) cannot be paused by py-spy's ptrace attach,
+                // and `dump` then fails ("Failed to get stack traces", seen on the H200 with a SIGSTOPped
+                // VLLM::EngineCore); `--nonblocking` reads its memory without pausing it, which a stopped
+                // process allows. --native needs the pause, so it is skipped there.
+                let stopped = stat.as_ref().is_some_and(|p| matches!(p.state, 'T' | 't'));
                 let mut c = std::process::Command::new(&t);
-                c.args(["dump", "--native", "--pid", &pid.to_string()]);
+                if stopped {
+                    c.args(["dump", "--nonblocking", "--pid", &pid.to_string()]);
+                } else {
+                    c.args(["dump", "--native", "--pid", &pid.to_string()]);
+                }
                 let mut out = run_tool(c);
-                if out.is_err() {
+                if out.is_err() && !stopped {
                     // --native needs unwind info that some builds lack: the Python stack alone still tells
                     let mut c = std::process::Command::new(&t);
                     c.args(["dump", "--pid", &pid.to_string()]);

@@ -6,6 +6,7 @@ pub mod diagnose;
 pub mod kprobe;
 
 use crate::error::CliError;
+use crate::events::WatchEvent;
 use crate::exit;
 use crate::follow::SourceMsg;
 use crate::node::{fold, gather, AnyNode, LocalNode, Node, Nodes};
@@ -179,8 +180,17 @@ pub async fn up(
     rep.note(0, &format!("'{name}' is serving{on}; Ctrl-C stops it (--detach to leave it running)"));
     tokio::select! {
         _ = crate::signals::next_interrupt() => {}
-        how = node.wait_exit(&name) => {
-            rep.note(0, &format!("the server {how} after ready"));
+        end = node.wait_exit(&name) => {
+            // The core judges the end: a stop that was asked for (`vigil down` from another shell) or a clean
+            // status 0 is the end of serving, in order; any other exit after ready is a crash.
+            let x = &end.exit;
+            if x.orderly_after_ready(end.requested) {
+                let how = crate::up::stopped_how(x, end.requested);
+                let ev = WatchEvent::Stopped { how: &how, exit_code: x.code, signal: x.signal, requested: end.requested };
+                rep.emit(None, &ev);
+                return Ok(exit::READY);
+            }
+            rep.note(0, &format!("the server {} after ready", crate::up::exit_how(x.code, x.signal)));
             return Ok(exit::CRASHED);
         }
     }

@@ -749,7 +749,9 @@ fn e2e_remote_on_stall_stop_stops_the_run_on_the_node() {
     assert_eq!((act["action"].as_str(), act["host"].as_str()), (Some("stop"), Some("node-a")), "{act}");
     assert!(act.get("survivors").is_none() && act.get("failed").is_none(), "{act}");
     assert!(gone(pid as i32), "the stalled server is still running after --on-stall stop");
-    assert!(verdict(&v)["detail"].as_str().unwrap_or_default().contains("stopped on node-a"), "{}", text(&o));
+    let detail = verdict(&v)["detail"].as_str().unwrap_or_default().to_string();
+    assert!(detail.contains("stalled: stopped the stuck server on node-a (--on-stall stop)"), "{}", text(&o));
+    assert_eq!(act["verdict"], "stalled", "{act}");
 }
 
 /// Issue #25 step 8 over SSH: `vigil --host H down NAME` from another shell ends a foreground `up --host` and an

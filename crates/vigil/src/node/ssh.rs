@@ -322,6 +322,12 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
             "gpu-held" => {
                 res.ok = false;
                 res.gpu_released = Some(false);
+                // a GPU holder is a survivor of the stop, as on this machine
+                if let Some(p) = rest.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                    if !res.survivors.contains(&p) {
+                        res.survivors.push(p);
+                    }
+                }
                 rep.note(t, &format!("GPU memory NOT released on {}: pid/MiB {rest}", conn.dest));
             }
             _ => {}

@@ -8,7 +8,11 @@ Scenarios (release build, N runs each):
   diagnose-rss: peak RSS and wall time of `vigil diagnose` on a >= 1 GB log.
   probe-log   : `vigil probe --log` on a 2 GiB log (sparse, 8 MiB of real lines at its end): wall time and
                 peak RSS (the child's own ru_maxrss from wait4); bound: --timeout 10s, 32 MiB.
-Usage: scripts/bench.py [--runs N] [--gb G] [--only probe-log]   (after scripts/setup.sh and cargo build --release)
+  wait-rss    : peak RSS (/usr/bin/time) of `vigil wait --no-generate` from the real llama-server's launch to
+                its ready verdict: with --log (the kind read from the log; also with a log whose first lines
+                name no server kind), --log --pid (the kind from the command line), --pid alone; goal <= 16 MiB.
+Usage: scripts/bench.py [--runs N] [--gb G] [--only probe-log|wait-rss] [--vigil PATH]
+       (after scripts/setup.sh and cargo build --release; --vigil measures another build)
 """
 import argparse, os, resource, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
@@ -151,15 +155,53 @@ def probe_log(d, runs=5):
     return times, rss
 
 
+WAIT_RSS = [("vigil wait --no-generate --log L --url U", ["log"]),
+            ("  the same, L starting with a launcher's banner (no server kind in its first lines)", ["log", "banner"]),
+            ("vigil wait --no-generate --log L --url U --pid P", ["log", "pid"]),
+            ("vigil wait --no-generate --url U --pid P", ["pid"])]
+
+
+def wait_rss(d, flags, runs):
+    """Peak RSS in MiB of `vigil wait --no-generate` started with the real llama-server, until its ready verdict."""
+    out = []
+    for _ in range(runs):
+        port = free_port(); log = os.path.join(d, f"w{port}.log")
+        f = open(log, "wb")
+        if "banner" in flags:  # what an entrypoint script prints first: every profile's rules face these lines
+            f.write(b"== node gpu7: starting the inference server ==\n+ ulimit -n 65536\n"); f.flush()
+        srv = subprocess.Popen([SERVER, "-m", f"{MODELS}/tiny.gguf", "--host", "127.0.0.1", "--port", str(port), "-c", "256",
+                                "-t", "1"], stdout=f, stderr=f)
+        args = [VIGIL, "wait", "-q", "--no-generate", "--url", f"http://127.0.0.1:{port}/health", "--timeout", "60s"]
+        if "log" in flags:
+            args += ["--log", log]
+        if "pid" in flags:
+            args += ["--pid", str(srv.pid)]
+        tf = os.path.join(d, "time.txt")
+        p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf] + args, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        srv.kill(); srv.wait(); f.close()
+        assert p.returncode == 0, (args, p.returncode)
+        out.append(int(open(tf).read().split()[-1]) / 1024)
+    return out
+
+
 def row(name, xs):
     return f"| {name} | {len(xs)} | {statistics.median(xs):.1f} | {max(xs):.1f} |"
 
 
 def main():
     ap = argparse.ArgumentParser(); ap.add_argument("--runs", type=int, default=20); ap.add_argument("--gb", type=float, default=1.0)
-    ap.add_argument("--only", choices=["probe-log"])
+    ap.add_argument("--only", choices=["probe-log", "wait-rss"])
+    ap.add_argument("--vigil", help="the vigil binary to measure (default: target/release/vigil)")
     a = ap.parse_args()
+    global VIGIL
+    VIGIL = a.vigil or VIGIL
     with tempfile.TemporaryDirectory() as d:
+        if a.only == "wait-rss":
+            print("| scenario | runs | median peak RSS MiB | max MiB |\n|---|---|---|---|")
+            for name, flags in WAIT_RSS:
+                print(row(name, wait_rss(d, flags, a.runs)), flush=True)
+            return
         print("| scenario | runs | median ms | max ms |\n|---|---|---|---|")
         times, rss = probe_log(d)
         print(row("vigil probe --log on a 2 GiB log (--timeout 10s)", times), flush=True)

@@ -210,14 +210,14 @@ fn strip_prefix<'a>(p: &Profile, s: &'a str) -> Option<Stripped<'a>> {
 
 fn match_rules(p: &Profile, message: &str) -> Option<Hit> {
     // One pass over all patterns; groups are read only for the winning rule, and only if it has any.
-    let i = p.rule_set().matches(message.as_bytes()).iter().next()?;
+    let i = p.rule_set().matches(message.as_bytes()).next()?;
     hit_of(&p.rules[i], message)
 }
 
 /// The first error rule of `p` matching `message` that names a cause.
 fn cause_in(p: &Profile, message: &str) -> Option<(Cause, Option<String>)> {
     let set = p.rule_set().matches(message.as_bytes());
-    set.iter().map(|i| &p.rules[i]).find_map(|r| match (r.kind, r.cause) {
+    set.map(|i| &p.rules[i]).find_map(|r| match (r.kind, r.cause) {
         (RuleKind::Error, Some(c)) => Some((c, r.hint.clone())),
         _ => None,
     })

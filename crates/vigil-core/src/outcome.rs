@@ -6,7 +6,7 @@ pub const READY: i32 = 0;
 pub const INTERNAL: i32 = 1;
 /// Bad command line or input (unreadable file, bad profile, bad duration).
 pub const USAGE: i32 = 2;
-/// The server crashed (fatal marker or exit before ready, or an unrequested exit after ready).
+/// The server crashed (fatal marker or exit before ready, or an exit after ready neither asked for nor status 0).
 pub const CRASHED: i32 = 3;
 /// Alive but no progress for the phase's stall limit.
 pub const STALLED: i32 = 4;

@@ -29,21 +29,33 @@ impl OnStall {
     }
 }
 
-/// The verdicts the policy is about, when processes of the server still live: stalled; crashed (its HTTP
-/// process or a child lingers); unhealthy because the engine died. Not `timeout` (still progressing: the
-/// deadline was the caller's, the server may well finish) and not other `unhealthy` verdicts (failing
-/// probes can pass; stopping a server that would recover is the worst mistake).
-pub fn applies(r: &Report) -> bool {
-    match r.verdict {
-        Verdict::Stalled | Verdict::Crashed => true,
-        Verdict::Unhealthy => r.cause == Some(Cause::EngineDead),
-        _ => false,
+/// What of the server the policy acts on, by the verdict it acts on: named in every line it writes, so that
+/// a stop after a crash never reads as a stop of a stall. Its verdicts, when processes of the server still
+/// live: stalled (the whole stuck server); crashed (its HTTP process or a child lingers); unhealthy because
+/// the engine died. Not `timeout` (still progressing: the deadline was the caller's, the server may well
+/// finish) and not other `unhealthy` verdicts (failing probes can pass; stopping a server that would recover
+/// is the worst mistake).
+fn subject(verdict: Verdict, cause: Option<Cause>) -> Option<&'static str> {
+    match verdict {
+        Verdict::Stalled => Some("the stuck server"),
+        Verdict::Crashed => Some("the leftover processes"),
+        Verdict::Unhealthy if cause == Some(Cause::EngineDead) => Some("the server whose engine died"),
+        _ => None,
     }
 }
 
+/// Does the policy apply to this verdict (see [`subject`])?
+pub fn applies(r: &Report) -> bool {
+    subject(r.verdict, r.cause).is_some()
+}
+
 /// What the policy did, told as an event.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct StallAction {
+    /// The verdict the policy acted on (and its cause): why it acted.
+    pub verdict: Verdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
     pub action: OnStall,
     /// Processes of the server's tree when the policy applied.
     pub pids: Vec<i32>,
@@ -64,4 +76,135 @@ pub struct StallAction {
     /// Why the stop could not be done or proven (the node did not answer): nothing is claimed then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+}
+
+impl StallAction {
+    /// The policy `action` on the verdict `r`, before it is carried out (the caller fills in the rest).
+    pub fn new(action: OnStall, r: &Report) -> StallAction {
+        StallAction {
+            verdict: r.verdict,
+            cause: r.cause,
+            action,
+            pids: Vec::new(),
+            survivors: Vec::new(),
+            port: None,
+            port_free: None,
+            gpu_released: None,
+            host: None,
+            failed: None,
+        }
+    }
+
+    /// One line for people, the verdict's detail and the event alike: the verdict acted on, what was done to
+    /// what, the flag that said so, then the outcome, e.g. `crashed: stopped the leftover processes
+    /// (--on-stall stop): 2 process(es), none left; port 8080 free`.
+    pub fn line(&self) -> String {
+        let what = subject(self.verdict, self.cause).unwrap_or("the server");
+        let on = self.host.as_deref().map(|h| format!(" on {h}")).unwrap_or_default();
+        let (done, flag) = match self.action {
+            OnStall::Keep => (format!("kept {what} running{on}"), "keep"),
+            OnStall::Stop if self.failed.is_some() || !self.survivors.is_empty() => {
+                (format!("could not stop {what}{on}"), "stop")
+            }
+            OnStall::Stop => (format!("stopped {what}{on}"), "stop"),
+        };
+        let n = self.pids.len();
+        let outcome = match (self.action, &self.failed) {
+            (_, Some(f)) => f.clone(),
+            (OnStall::Stop, None) if !self.survivors.is_empty() => format!("pids {:?} still alive", self.survivors),
+            // a run on a node: its pids are the node's, the stop is proven there
+            (OnStall::Stop, None) if self.host.is_some() => "none left".to_string(),
+            (OnStall::Stop, None) => format!("{n} process(es), none left"),
+            (OnStall::Keep, None) if self.host.is_some() => "left as it is".to_string(),
+            (OnStall::Keep, None) => format!("{n} process(es) left as they are"),
+        };
+        let port = match (self.port, self.port_free) {
+            (Some(p), Some(true)) => format!("; port {p} free"),
+            (Some(p), Some(false)) => format!("; port {p} still taken"),
+            _ => String::new(),
+        };
+        format!("{}: {done} (--on-stall {flag}): {outcome}{port}", self.verdict)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Phase;
+
+    fn report(verdict: Verdict, cause: Option<Cause>) -> Report {
+        Report {
+            verdict,
+            phase: Phase::Weights,
+            cause,
+            server: None,
+            hint: None,
+            detail: None,
+            evidence: vec![],
+            last_lines: vec![],
+            timeline: vec![],
+            laggards: vec![],
+            progress: None,
+            exit: None,
+            elapsed_ms: None,
+            degraded: None,
+            baseline: None,
+            slow: vec![],
+            changes: vec![],
+        }
+    }
+
+    /// Issue #25 step 8: a stop after a crash names the crash, never a stall.
+    #[test]
+    fn the_line_names_the_verdict_acted_on() {
+        let mut a = StallAction::new(OnStall::Stop, &report(Verdict::Crashed, Some(Cause::EngineDead)));
+        a.pids = vec![10, 11];
+        a.port = Some(8080);
+        a.port_free = Some(true);
+        assert_eq!(
+            a.line(),
+            "crashed: stopped the leftover processes (--on-stall stop): 2 process(es), none left; port 8080 free"
+        );
+        let mut s = StallAction::new(OnStall::Stop, &report(Verdict::Stalled, None));
+        s.pids = vec![10];
+        s.survivors = vec![10];
+        assert_eq!(s.line(), "stalled: could not stop the stuck server (--on-stall stop): pids [10] still alive");
+        let mut u = StallAction::new(OnStall::Keep, &report(Verdict::Unhealthy, Some(Cause::EngineDead)));
+        u.host = Some("gpu7".into());
+        assert_eq!(
+            u.line(),
+            "unhealthy: kept the server whose engine died running on gpu7 (--on-stall keep): left as it is"
+        );
+        let mut f = StallAction::new(OnStall::Stop, &report(Verdict::Stalled, None));
+        f.host = Some("gpu7".into());
+        f.failed = Some("the connection to gpu7 was lost".into());
+        assert_eq!(
+            f.line(),
+            "stalled: could not stop the stuck server on gpu7 (--on-stall stop): the connection to gpu7 was lost"
+        );
+    }
+
+    /// The event carries the verdict (and cause) it acted on.
+    #[test]
+    fn the_event_names_the_verdict() {
+        let a = StallAction::new(OnStall::Stop, &report(Verdict::Crashed, Some(Cause::EngineDead)));
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(
+            (v["verdict"].as_str(), v["cause"].as_str(), v["action"].as_str()),
+            (Some("crashed"), Some("engine_dead"), Some("stop"))
+        );
+        let s = serde_json::to_value(StallAction::new(OnStall::Keep, &report(Verdict::Stalled, None))).unwrap();
+        assert_eq!(s["verdict"], "stalled");
+        assert!(s.get("cause").is_none(), "{s}");
+    }
+
+    #[test]
+    fn applies_to_stuck_servers_only() {
+        assert!(applies(&report(Verdict::Stalled, None)));
+        assert!(applies(&report(Verdict::Crashed, Some(Cause::GpuOom))));
+        assert!(applies(&report(Verdict::Unhealthy, Some(Cause::EngineDead))));
+        assert!(!applies(&report(Verdict::Unhealthy, None)));
+        assert!(!applies(&report(Verdict::Timeout, None)));
+        assert!(!applies(&report(Verdict::Ready, None)));
+    }
 }

@@ -481,14 +481,59 @@ pub struct Profile {
     /// (`\w`, `\d`, `\s` and case folding on ASCII): log text is ASCII where the rules look, and Unicode
     /// classes make the lazy DFA many times larger and slower on varied lines. The winning rule's own
     /// (Unicode) regex then reads its groups.
-    rule_set: std::sync::OnceLock<regex::bytes::RegexSet>,
+    rule_set: std::sync::OnceLock<RuleSet>,
 }
 
-fn rule_set(name: &str, rules: &[Rule]) -> Result<regex::bytes::RegexSet, ProfileError> {
-    regex::bytes::RegexSetBuilder::new(rules.iter().map(|r| r.re.as_str()))
-        .unicode(false)
-        .build()
-        .map_err(|e| ProfileError(format!("profile {name}: {e}")))
+/// A profile's rule patterns as one automaton: the rules a line matches, in one pass (what
+/// `regex::bytes::RegexSet` does, built through `regex-automata` for the one setting `regex` does not expose:
+/// no literal prefilter). The prefilter such a set gets is an Aho-Corasick DFA over the rules' literals: 2 MiB
+/// for the llama-cpp and generic sets, 9 MiB for all five profiles (a log whose first lines name no server
+/// kind is matched against every profile), most of vigil's heap while it waits, and it bought nothing: without
+/// it the lazy DFA alone runs 3 % fewer instructions on both diagnose benchmark logs (docs/benchmarks.md,
+/// "Peak memory of `vigil wait`").
+#[derive(Debug, Clone)]
+pub struct RuleSet(regex_automata::meta::Regex);
+
+impl RuleSet {
+    fn build(name: &str, rules: &[Rule]) -> Result<RuleSet, ProfileError> {
+        use regex_automata::{meta, util::syntax, MatchKind};
+        // regex's own RegexSet settings (size limits, all matches, bytes), plus no prefilter
+        let metac = meta::Config::new()
+            .nfa_size_limit(Some(10 * (1 << 20)))
+            .hybrid_cache_capacity(2 * (1 << 20))
+            .match_kind(MatchKind::All)
+            .utf8_empty(false)
+            .which_captures(regex_automata::nfa::thompson::WhichCaptures::None)
+            .auto_prefilter(false);
+        let syntaxc = syntax::Config::new().unicode(false).utf8(false);
+        let pats: Vec<&str> = rules.iter().map(|r| r.re.as_str()).collect();
+        meta::Builder::new()
+            .configure(metac)
+            .syntax(syntaxc)
+            .build_many(&pats)
+            .map(RuleSet)
+            .map_err(|e| ProfileError(format!("profile {name}: {e}")))
+    }
+
+    /// How many rules the set holds.
+    pub fn len(&self) -> usize {
+        self.0.pattern_len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The indexes of the rules that match `hay`, in rule order.
+    pub fn matches(&self, hay: &[u8]) -> impl Iterator<Item = usize> {
+        let mut set = regex_automata::PatternSet::new(self.len());
+        self.0.which_overlapping_matches(&regex_automata::Input::new(hay), &mut set);
+        (0..self.len()).filter(move |i| set.contains(regex_automata::PatternID::new_unchecked(*i)))
+    }
+}
+
+fn rule_set(name: &str, rules: &[Rule]) -> Result<RuleSet, ProfileError> {
+    RuleSet::build(name, rules)
 }
 
 #[derive(Debug)]
@@ -561,7 +606,7 @@ impl Profile {
 
     /// All rule patterns in one set, built on the first line this profile classifies: a watch of one
     /// server kind never builds the others'.
-    pub fn rule_set(&self) -> &regex::bytes::RegexSet {
+    pub fn rule_set(&self) -> &RuleSet {
         self.rule_set.get_or_init(|| {
             rule_set(&self.name, &self.rules).unwrap_or_else(|e| panic!("rule set checked at load: {}", e.0))
         })

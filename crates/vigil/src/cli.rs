@@ -381,7 +381,8 @@ pub(crate) struct WaitFlags {
 /// Trust for `https://` URLs (health probes and the generation proof).
 #[derive(clap::Args, Clone)]
 pub(crate) struct TlsFlags {
-    /// PEM file of the CA(s) that signed the server's certificate, trusted instead of the system store.
+    /// PEM file of the CA(s) that signed the server's certificate, or of the server's own (self-signed)
+    /// certificate, trusted instead of the system store.
     #[arg(long, value_name = "FILE", help_heading = help::PROBING)]
     pub(crate) ca_cert: Option<PathBuf>,
     /// Do not verify the server's TLS certificate (said once on stderr).

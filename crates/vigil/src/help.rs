@@ -57,7 +57,8 @@ Examples:
 
 Exit codes:
   0 ready, 1 internal error, 2 bad command line or input, 3 crashed, 4 stalled, 5 timeout,
-  6 unhealthy, 7 still starting (diagnose), 8 up refused, 9 not stopped (down), 10 check failed,
+  6 unhealthy, 7 still starting (diagnose), 8 up refused (port taken, earlier run alive),
+  9 not stopped (down), 10 check failed (check, or up's preflight: nothing launched),
   11 degraded (speculation off), 12 host unreachable, 130 interrupted.
 
 Durations are written 500ms, 90s, 5m, 1h or a bare number of seconds.
@@ -141,7 +142,12 @@ Examples:
   # llama-server with a draft model (vigil proves speculation is on)
   vigil up --name llama -- llama-server -m /models/qwen2.5-7b-q4_k_m.gguf -md /models/qwen2.5-0.5b-q8_0.gguf --port 8080
   # on a remote node over SSH
-  vigil --host gpu7 up -- python -m sglang.launch_server --model-path /models/K2 --tp 8";
+  vigil --host gpu7 up -- python -m sglang.launch_server --model-path /models/K2 --tp 8
+
+Nothing launched: exit 8 when the port is taken or an earlier run of the name is alive
+(a retry may pass); exit 10 when the preflight check finds errors the server is known to
+refuse (fix the command; --no-check skips the check). Otherwise the verdict's code:
+0 ready, 3 crashed, 4 stalled, 5 timeout, 11 degraded.";
 
 pub const DOWN: &str = "\
 Examples:

@@ -193,3 +193,40 @@ fn build_script_falls_back_to_unknown_and_marks_dirty_trees() {
     std::fs::write(repo.join("crates/vigil/src/main.rs"), "fn main() { }\n").unwrap();
     assert_eq!(run_build_script(&bin, &repo.join("crates/vigil"), None), format!("{clean}-dirty"));
 }
+
+/// Issue #23: an `up` that launches nothing says why in its exit code, and the help says which code is which:
+/// 8 for a refusal a retry may pass (the port is taken, an earlier run is alive), 10 for preflight errors the
+/// server is known to refuse (the code of `vigil check` itself; docs/systemd.md's `RestartPreventExitStatus=10`
+/// relies on it: no restart can fix the command).
+#[test]
+fn a_refused_up_exits_as_its_help_says() {
+    let t = std::time::Duration::from_secs(60);
+    let d = TempDir::new("refused");
+    // a local model path that does not exist: an error the servers themselves confirm, so nothing launches
+    let missing = d.path("no/such/model").display().to_string();
+    let port = free_port().to_string();
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", &d.0).args(["up", "--name", "pre", "--", "vllm", "serve", &missing, "--port", &port]);
+    let o = run_bounded(c, t);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(10), "{err}");
+    assert!(err.contains("not launching"), "{err}");
+    assert!(!d.path("runs/pre/state.json").exists(), "launched despite the preflight");
+    // the port taken: refused before anything runs (the preflight skipped, so only the port decides)
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port().to_string();
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", &d.0).args(["up", "--name", "port", "--no-check", "--", "vllm", "serve", "m"]);
+    c.args(["--port", &taken]);
+    let o = run_bounded(c, t);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "{err}");
+    assert!(err.contains(&format!("port {taken} is taken")), "{err}");
+    // and the help says so, in the exit codes of `vigil --help` and in `vigil up --help`
+    let top = ok_stdout(&["--help"]);
+    assert!(top.contains("8 up refused (port taken, earlier run alive)"), "{top}");
+    assert!(top.contains("10 check failed (check, or up's preflight: nothing launched)"), "{top}");
+    let up = ok_stdout(&["up", "--help"]);
+    assert!(up.contains("exit 8 when the port is taken or an earlier run of the name is alive"), "{up}");
+    assert!(up.contains("exit 10 when the preflight check finds errors"), "{up}");
+}

@@ -146,6 +146,36 @@ fn e2e_engine_child_dying_before_ready_is_crashed_engine_dead_naming_it() {
     assert!(v["detail"].as_str().unwrap().contains("standin::engine"), "{v}");
 }
 
+/// Issue #25 step 8: the policy acting on a crash (the engine died before ready; its HTTP parent lingers) names
+/// the crash it acted on, in the `on_stall` event (`verdict`, `cause`) and in the verdict's detail, never a stall.
+#[test]
+fn e2e_on_stall_stop_after_a_crash_names_the_crash() {
+    let Some(py) = python() else { return };
+    let d = TempDir::new("crashstop");
+    let port = free_port();
+    let server = start_standin(&py, &d, port, false, &d.path("server.log"));
+    let engine = read_pid(&d.path("engine.pid"));
+    let mut c = vigil();
+    c.arg("--profiles").arg(profile_dir(&d));
+    c.args(["wait", "--json", "--no-generate", "--server", "standin", "--on-stall", "stop"]);
+    c.args(["--pid", &server.pid().to_string(), "--url", &format!("http://127.0.0.1:{port}/health")]);
+    let (mut child, mut lines) = spawn_json(c);
+    lines.by_ref().find(|v| v["event"] == "engine").expect("the engine is recognised");
+    signal(engine, libc::SIGKILL);
+    let rest: Vec<serde_json::Value> = lines.collect();
+    wait_bounded(&mut child, T);
+    let r = verdict(&rest);
+    assert_eq!((r["verdict"].as_str(), r["cause"].as_str()), (Some("crashed"), Some("engine_dead")), "{r}");
+    let act = rest.iter().find(|v| v["event"] == "on_stall").unwrap_or_else(|| panic!("no on_stall: {rest:?}"));
+    assert_eq!((act["verdict"].as_str(), act["cause"].as_str()), (Some("crashed"), Some("engine_dead")), "{act}");
+    assert_eq!(act["action"], "stop", "{act}");
+    assert!(act.get("survivors").is_none(), "{act}");
+    let detail = r["detail"].as_str().unwrap();
+    assert!(detail.contains("crashed: stopped the leftover processes (--on-stall stop)"), "{detail}");
+    assert!(!detail.contains("stalled") && !detail.contains("stuck"), "{detail}");
+    assert!(!pid_alive(server.pid()), "the lingering parent is left");
+}
+
 #[test]
 fn e2e_engine_child_dying_after_ready_is_unhealthy_engine_dead_naming_it() {
     let v = engine_death_case(true);

@@ -749,5 +749,34 @@ fn e2e_remote_on_stall_stop_stops_the_run_on_the_node() {
     assert_eq!((act["action"].as_str(), act["host"].as_str()), (Some("stop"), Some("node-a")), "{act}");
     assert!(act.get("survivors").is_none() && act.get("failed").is_none(), "{act}");
     assert!(gone(pid as i32), "the stalled server is still running after --on-stall stop");
-    assert!(verdict(&v)["detail"].as_str().unwrap_or_default().contains("stopped on node-a"), "{}", text(&o));
+    let detail = verdict(&v)["detail"].as_str().unwrap_or_default().to_string();
+    assert!(detail.contains("stalled: stopped the stuck server on node-a (--on-stall stop)"), "{}", text(&o));
+    assert_eq!(act["verdict"], "stalled", "{act}");
+}
+
+/// Issue #25 step 8 over SSH: `vigil --host H down NAME` from another shell ends a foreground `up --host` and an
+/// `up --host --watch` in order (exit 0 and a `stopped` event saying the stop was asked for), as on this machine:
+/// the node's stop leaves a marker in the run before it signals, and the exit waiter reads it (both exited 3 before).
+#[test]
+fn e2e_remote_down_from_another_shell_ends_up_in_order() {
+    let Some(e) = env() else { return };
+    let Some((d, _h, cfg)) = one_node("rfgdown") else { return };
+    for (name, flags) in [("fg", &[][..]), ("fw", &["--watch"][..])] {
+        let mut c = rvigil(&d, &cfg);
+        c.args(["--host", "node-a", "up", "--json", "--name", name]).args(flags).arg("--");
+        c.arg(&e.server).arg("-m").arg(e.models.join("tiny.gguf")).args(["--port", &free_port().to_string()]);
+        let (mut child, mut events) = spawn_json(c);
+        let r = events.by_ref().find(|j| j["event"] == "verdict").expect("no verdict");
+        assert_eq!(r["verdict"], "ready", "{name}: {r}");
+        let mut dn = rvigil(&d, &cfg);
+        dn.args(["--host", "node-a", "down", name]);
+        let o = run_bounded(dn, T);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o));
+        let st = wait_bounded(&mut child, T);
+        let rest: Vec<serde_json::Value> = events.collect();
+        assert_eq!(st.code(), Some(0), "{name}: {rest:?}");
+        let stopped = rest.iter().find(|j| j["event"] == "stopped");
+        let stopped = stopped.unwrap_or_else(|| panic!("{name}: no stopped event: {rest:?}"));
+        assert_eq!(stopped["requested"], true, "{name}: {stopped}");
+    }
 }

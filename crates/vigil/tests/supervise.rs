@@ -113,6 +113,34 @@ fn e2e_up_ready_status_down_leaves_nothing() {
     assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "port still taken");
 }
 
+/// Issue #25 step 8: a foreground `up` whose server `vigil down` stops from another shell ends in order, as
+/// the same stop under `--watch` does: a `stopped` event that says the stop was asked for, and exit 0 (it
+/// exited 3, "the server exited after ready", before).
+#[test]
+fn e2e_foreground_up_stopped_by_down_from_another_shell_exits_0() {
+    let Some(e) = env() else { return };
+    let d = TempDir::new("fgdown");
+    let port = free_port();
+    let mut c = v(&d.0);
+    c.args(["up", "--name", "fg", "--json", "--"]).args(tiny_cmd(&e, port));
+    let (mut child, mut events) = spawn_json(c);
+    let r = events.by_ref().find(|j| j["event"] == "verdict").expect("no verdict");
+    assert_eq!(r["verdict"], "ready", "{r}");
+    let serving = events.by_ref().find(|j| j["event"] == "note").expect("no note after the verdict");
+    assert!(serving["message"].as_str().unwrap().contains("is serving"), "{serving}");
+    let mut dn = v(&d.0);
+    dn.args(["down", "fg"]);
+    let o = run_bounded(dn, T);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = wait_bounded(&mut child, T);
+    let rest: Vec<serde_json::Value> = events.collect();
+    assert_eq!(st.code(), Some(0), "{rest:?}");
+    let stopped = rest.iter().find(|j| j["event"] == "stopped").unwrap_or_else(|| panic!("no stopped event: {rest:?}"));
+    assert_eq!(stopped["requested"], true, "{stopped}");
+    assert!(stopped["how"].as_str().unwrap().contains("stopped by vigil down"), "{stopped}");
+    assert!(!rest.iter().any(|j| j["event"] == "verdict"), "no second verdict: {rest:?}");
+}
+
 #[test]
 fn e2e_up_refuses_a_taken_port_and_names_the_holder() {
     let Some(e) = env() else { return };

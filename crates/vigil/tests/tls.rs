@@ -94,19 +94,25 @@ fn endpoint(tag: &str, server_extra: &[&str]) -> Option<Endpoint> {
     let log = d.path("server.log");
     let server = start_server(&e, &e.models.join("tiny.gguf"), backend, &log, server_extra);
     let port = free_port();
+    let (st, stunnel_log) = start_stunnel(&stunnel, &d, backend, &[(port, d.path("server.pem"), d.path("server.key"))]);
+    Some(Endpoint { _d: d, ca, port, log, stunnel_log, _server: server, _stunnel: st })
+}
+
+/// stunnel in front of the backend on loopback: one TLS service per `(port, certificate, key)`. Returns it with
+/// its log once every port is bound.
+fn start_stunnel(stunnel: &Path, d: &TempDir, backend: u16, services: &[(u16, PathBuf, PathBuf)]) -> (Guard, PathBuf) {
     let stunnel_log = d.path("stunnel.log");
     let conf = d.path("stunnel.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "foreground = yes\npid =\nsyslog = no\ndebug = 7\noutput = {}\n[llama]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{backend}\ncert = {}\nkey = {}\n",
-            stunnel_log.display(),
-            d.path("server.pem").display(),
-            d.path("server.key").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(&stunnel)
+    let mut text = format!("foreground = yes\npid =\nsyslog = no\ndebug = 7\noutput = {}\n", stunnel_log.display());
+    for (i, (port, cert, key)) in services.iter().enumerate() {
+        text.push_str(&format!(
+            "[s{i}]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{backend}\ncert = {}\nkey = {}\n",
+            cert.display(),
+            key.display()
+        ));
+    }
+    std::fs::write(&conf, text).unwrap();
+    let child = Command::new(stunnel)
         .arg(&conf)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -114,13 +120,57 @@ fn endpoint(tag: &str, server_extra: &[&str]) -> Option<Endpoint> {
         .spawn()
         .expect("start stunnel");
     let st = Guard(child);
-    // stunnel says when its listening socket is bound (debug 7).
-    assert!(
-        wait_for_text(&stunnel_log, &format!("bound to 127.0.0.1:{port}"), Duration::from_secs(20)),
-        "stunnel did not bind: {}",
-        std::fs::read_to_string(&stunnel_log).unwrap_or_default()
-    );
-    Some(Endpoint { _d: d, ca, port, log, stunnel_log, _server: server, _stunnel: st })
+    // stunnel says when each listening socket is bound (debug 7).
+    for (port, _, _) in services {
+        assert!(
+            wait_for_text(&stunnel_log, &format!("bound to 127.0.0.1:{port}"), Duration::from_secs(20)),
+            "stunnel did not bind: {}",
+            std::fs::read_to_string(&stunnel_log).unwrap_or_default()
+        );
+    }
+    (st, stunnel_log)
+}
+
+/// A self-signed certificate and its key (`TAG.pem`, `TAG.key`) for `/CN=cn` with `san`, CA:TRUE as
+/// `openssl req -x509` makes it. With `dates` (notBefore, notAfter: `YYYYMMDDHHMMSSZ`) it is signed by
+/// `openssl ca -selfsign` instead, which takes a start and an end (OpenSSL 3.0's `req -x509` only `-days` ahead).
+fn self_signed(
+    bin: &Path,
+    d: &TempDir,
+    tag: &str,
+    cn: &str,
+    san: &str,
+    dates: Option<(&str, &str)>,
+) -> (PathBuf, PathBuf) {
+    let (pem, key, subj) = (format!("{tag}.pem"), format!("{tag}.key"), format!("/CN={cn}"));
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", &subj];
+    let Some((start, end)) = dates else {
+        let mut a = vec!["req", "-x509", "-out", &pem, "-keyout", &key, "-days", "2", "-addext", san];
+        a.extend(ec);
+        openssl(bin, &d.0, &a);
+        return (d.path(&pem), d.path(&key));
+    };
+    let dir = d.path(tag);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("ca.cnf"),
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\n\
+         policy = p\ncopy_extensions = copy\nunique_subject = no\n[p]\ncommonName = supplied\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("index.txt"), "").unwrap();
+    std::fs::write(dir.join("serial"), "01\n").unwrap();
+    let (pem, key) = (d.path(&pem), d.path(&key));
+    let (pem_s, key_s) = (pem.to_str().unwrap(), key.to_str().unwrap());
+    let mut a = vec!["req", "-new", "-out", "req.csr", "-keyout", key_s, "-addext", san];
+    a.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+    a.extend(ec);
+    openssl(bin, &dir, &a);
+    let ca = ["ca", "-batch", "-config", "ca.cnf", "-selfsign", "-keyfile", key_s, "-in", "req.csr", "-notext"];
+    let mut a = ca.to_vec();
+    a.extend(["-out", pem_s, "-startdate", start, "-enddate", end]);
+    openssl(bin, &dir, &a);
+    (pem, key)
 }
 
 impl Endpoint {
@@ -207,4 +257,53 @@ fn e2e_https_insecure_reaches_ready_and_says_so_once() {
     assert_eq!(err.matches("--insecure").count(), 1, "{err}");
     assert!(err.contains("not verified"), "{err}");
     assert!(!out.contains("--insecure"), "the warning belongs on stderr: {out}");
+}
+
+/// Issue #25 step 8: `--ca-cert` naming the server's own self-signed certificate (`openssl req -x509`: CA and
+/// server at once, as internal clusters make them; webpki alone says `CaUsedAsEndEntity`) is accepted, as curl
+/// accepts it, by name and by address, with the generation proof through it. The same trust does not stretch to
+/// a self-signed certificate for another name, an expired one, or another self-signed certificate.
+#[test]
+fn e2e_https_self_signed_certificate_named_by_ca_cert() {
+    let Some(e) = env() else { return };
+    let Some(stunnel) = tool(&["stunnel4", "stunnel"]) else { return };
+    let Some(ssl) = tool(&["openssl"]) else { return };
+    let d = TempDir::new("tls-self");
+    let san = "subjectAltName=DNS:localhost,IP:127.0.0.1";
+    let good = self_signed(&ssl, &d, "good", "localhost", san, None);
+    let wrong = self_signed(&ssl, &d, "wrong", "wrong.example", "subjectAltName=DNS:wrong.example", None);
+    let expired = self_signed(&ssl, &d, "expired", "localhost", san, Some(("20200101000000Z", "20200102000000Z")));
+    let other = self_signed(&ssl, &d, "other", "localhost", san, None);
+    let backend = free_port();
+    let _server = start_server(&e, &e.models.join("tiny.gguf"), backend, &d.path("server.log"), &[]);
+    let ports = [free_port(), free_port(), free_port()];
+    let services = [
+        (ports[0], good.0.clone(), good.1),
+        (ports[1], wrong.0.clone(), wrong.1),
+        (ports[2], expired.0.clone(), expired.1),
+    ];
+    let (_stunnel, _log) = start_stunnel(&stunnel, &d, backend, &services);
+    let probe = |host: &str, port: u16, ca: &Path| {
+        let mut c = vigil();
+        c.args(["probe", "--url", &format!("https://{host}:{port}/health"), "--ca-cert", ca.to_str().unwrap()]);
+        c.args(["--generate", "--server", "llama-cpp", "--timeout", "30s"]);
+        let o = run_bounded(c, T);
+        (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    for host in ["127.0.0.1", "localhost"] {
+        let (code, out) = probe(host, ports[0], &good.0);
+        assert_eq!(code, Some(0), "{host}: {out}");
+        assert!(out.starts_with("ready: health OK, generation"), "{host}: {out}");
+    }
+    let refused = |port: u16, ca: &Path, why: &str| {
+        let (code, out) = probe("127.0.0.1", port, ca);
+        assert_eq!(code, Some(1), "{why}: {out}");
+        assert!(out.starts_with("not ready:") && out.contains("certificate"), "{why}: {out}");
+        out
+    };
+    let out = refused(ports[1], &wrong.0, "another name");
+    assert!(out.contains("not valid for name"), "{out}");
+    let out = refused(ports[2], &expired.0, "expired");
+    assert!(out.contains("expired"), "{out}");
+    refused(ports[0], &other.0, "another self-signed certificate");
 }

@@ -6,6 +6,7 @@ pub mod diagnose;
 pub mod kprobe;
 
 use crate::error::CliError;
+use crate::events::WatchEvent;
 use crate::exit;
 use crate::follow::SourceMsg;
 use crate::node::{fold, gather, AnyNode, LocalNode, Node, Nodes};
@@ -152,10 +153,12 @@ pub async fn up(
     let node = Arc::new(node);
     let label = node.host().unwrap_or("local").to_string();
     let a = Arc::new(a);
-    let r = crate::hosts::up_one(node.clone(), &label, None, 1, false, a.clone(), argv, Arc::new(profiles), None, None)
-        .await;
+    let profiles = Arc::new(profiles);
+    let r =
+        crate::hosts::up_one(node.clone(), &label, None, 1, false, a.clone(), argv, profiles.clone(), None, None).await;
     let (name, interrupted, ready) =
         (r.name.clone(), r.interrupted, r.report.as_ref().is_some_and(|x| x.verdict == Verdict::Ready));
+    let server = r.report.as_ref().and_then(|x| x.server.clone());
     let launched = r.report.is_some() || r.interrupted;
     let code = r.into_single()?;
     if !launched {
@@ -179,8 +182,38 @@ pub async fn up(
     rep.note(0, &format!("'{name}' is serving{on}; Ctrl-C stops it (--detach to leave it running)"));
     tokio::select! {
         _ = crate::signals::next_interrupt() => {}
-        how = node.wait_exit(&name) => {
-            rep.note(0, &format!("the server {how} after ready"));
+        end = node.wait_exit(&name) => {
+            // The core judges the end: a stop that was asked for (`vigil down` from another shell) or a clean
+            // status 0 is the end of serving, in order; any other exit after ready is a crash.
+            let x = &end.exit;
+            // Not asked for: the log since ready decides whether a clean status ended serving in order or the
+            // server ended itself on a failure (vLLM 0.26 exits 0 after EngineDeadError).
+            let failed = if end.requested {
+                None
+            } else {
+                let tail = node.log_tail(&name, 4000).await.map(|t| t.lines.join("\n")).unwrap_or_default();
+                let d = vigil_core::diagnose_text(&profiles, server.as_deref(), &tail);
+                (d.verdict == Verdict::Crashed).then_some(d)
+            };
+            if let Some(d) = failed {
+                let cause = d.cause.map(|c| c.as_str()).unwrap_or("unknown");
+                rep.note(
+                    0,
+                    &format!(
+                        "the server {} after ready, ending on a failure: crashed, cause {cause}{}",
+                        crate::up::exit_how(x.code, x.signal),
+                        d.evidence.last().map(|l| format!(" ({})", rep.redact(l))).unwrap_or_default()
+                    ),
+                );
+                return Ok(exit::CRASHED);
+            }
+            if x.orderly_after_ready(end.requested) {
+                let how = crate::up::stopped_how(x, end.requested);
+                let ev = WatchEvent::Stopped { how: &how, exit_code: x.code, signal: x.signal, requested: end.requested };
+                rep.emit(None, &ev);
+                return Ok(exit::READY);
+            }
+            rep.note(0, &format!("the server {} after ready", crate::up::exit_how(x.code, x.signal)));
             return Ok(exit::CRASHED);
         }
     }

@@ -1,7 +1,7 @@
 //! This machine: runs are the run directories under the state directory, their processes are read from
 //! /proc, and a stop goes through the run's keeper.
 
-use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow};
+use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow, ServerEnd};
 use crate::check::Report as CheckReport;
 use crate::error::CliError;
 use crate::follow::{cmdline, SourceMsg};
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::evidence::Evidence;
-use vigil_core::judge::fmt_ms;
+use vigil_core::judge::{fmt_ms, ExitInfo};
 use vigil_core::{Profiles, Report, Verdict};
 
 /// This machine. A launch takes vigil's own environment and working directory, unless the node was made
@@ -30,6 +30,25 @@ impl LocalNode {
     pub fn with_command(env: Vec<(String, String)>, cwd: PathBuf) -> LocalNode {
         LocalNode { command: Some((env, cwd)) }
     }
+}
+
+/// How a server that died ended, from its keeper's `state.json` (a run of ours: the keeper records the status
+/// once it has reaped the server, a moment after the process is gone) and the run's stop request; without a
+/// run (`--pid` of a process we did not start) the status is unknown.
+pub async fn recorded_end(state: Option<&std::path::Path>) -> ServerEnd {
+    let requested = state.and_then(|p| p.parent()).is_some_and(run::stop_requested);
+    if let Some(p) = state {
+        for _ in 0..50 {
+            if let Some(st) = run::read_json::<run::State>(p) {
+                if !st.running && (st.exit_code.is_some() || st.exit_signal.is_some()) {
+                    let exit = ExitInfo { code: st.exit_code, signal: st.exit_signal, ours: true };
+                    return ServerEnd { exit, requested };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    ServerEnd { exit: ExitInfo { code: None, signal: None, ours: false }, requested }
 }
 
 /// What `status` reads of a run's verdict.json (the report of the last verdict vigil reached).
@@ -231,14 +250,13 @@ impl Node for LocalNode {
         Ok(())
     }
 
-    async fn wait_exit(&self, name: &str) -> String {
-        let Ok((dir, _)) = run::load(name) else { return "is gone".into() };
+    async fn wait_exit(&self, name: &str) -> ServerEnd {
+        let Ok((dir, _)) = run::load(name) else { return recorded_end(None).await };
         let pid = read_state(&dir).and_then(|s| s.server_pid);
         while pid.is_some_and(procs::alive) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let st = read_state(&dir).unwrap_or_default();
-        crate::up::exit_how(st.exit_code, st.exit_signal)
+        recorded_end(Some(&dir.join("state.json"))).await
     }
 
     async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError> {

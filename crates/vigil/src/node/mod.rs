@@ -22,6 +22,7 @@ use serde::Serialize;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::evidence::Evidence;
+use vigil_core::judge::ExitInfo;
 use vigil_core::{Profiles, Report};
 
 pub use local::LocalNode;
@@ -76,6 +77,15 @@ pub struct Launch<'a> {
     pub n: usize,
 }
 
+/// How a run's server ended: the status its keeper recorded, and whether a stop was asked for (`vigil down`
+/// records its request with the run before it signals). The core judges the pair
+/// ([`ExitInfo::orderly_after_ready`]): after ready, a stop that was asked for ends in order, not as a crash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerEnd {
+    pub exit: ExitInfo,
+    pub requested: bool,
+}
+
 /// A launch's answer: the watch's settings, or why the node refused (exit code, one line).
 pub type Launched = Result<wait::Args, (i32, String)>;
 
@@ -106,7 +116,7 @@ pub trait Node {
     /// secrets.
     async fn attach(&self, run: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError>;
     /// Resolves when the run's server exits; how it ended.
-    async fn wait_exit(&self, run: &str) -> String;
+    async fn wait_exit(&self, run: &str) -> ServerEnd;
     /// Keeps the report of a run's startup with the run (local: `startup.json`).
     fn record_startup(&self, run: &str, r: &Report);
     /// Where every process of a run's server is now (stacks, wait channels, NCCL dumps), captured on the
@@ -162,7 +172,7 @@ impl Node for AnyNode {
     async fn attach(&self, run: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError> {
         each!(self, n => n.attach(run, w, profiles, probe).await)
     }
-    async fn wait_exit(&self, run: &str) -> String {
+    async fn wait_exit(&self, run: &str) -> ServerEnd {
         each!(self, n => n.wait_exit(run).await)
     }
     fn record_startup(&self, run: &str, r: &Report) {

@@ -13,6 +13,7 @@
 use crate::error::CliError;
 use crate::follow::SourceMsg;
 use crate::lines::Splitter;
+use crate::node::ServerEnd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -452,7 +453,7 @@ if [ -f \"$D/pid\" ] && [ ! -f \"$D/exit\" ]; then read sp kp < \"$D/pid\"; if k
         );
     }
     s.extend_from_slice(
-        b"rm -f \"$D/pid\" \"$D/exit\" \"$D/pid.tmp\" \"$D/exit.tmp\" \"$D\"/server.log*
+        b"rm -f \"$D/pid\" \"$D/exit\" \"$D/stop\" \"$D/pid.tmp\" \"$D/exit.tmp\" \"$D\"/server.log*
 : > \"$D/server.log\" || exit 90
 date +%s > \"$D/started\"
 ",
@@ -491,17 +492,20 @@ pub fn tail_script(conn: &Conn, name: &str, offset: u64) -> Vec<u8> {
     s
 }
 
-/// Waits for the run to end; prints `exit STATUS LOGSIZE` (`?` when the keeper died unrecorded).
+/// Waits for the run to end; prints `exit STATUS LOGSIZE STOP` (STATUS `?` when the keeper died
+/// unrecorded; STOP `stop` when a stop was asked for, the marker [`stop_script`] leaves before it signals,
+/// else `-`).
 pub fn exit_wait_script(conn: &Conn, name: &str) -> Vec<u8> {
     let mut s = conn.prelude(name);
     s.extend_from_slice(
         b"[ -f \"$D/pid\" ] || { echo nopid; exit 0; }
 read sp kp < \"$D/pid\"
+asked() { if [ -f \"$D/stop\" ]; then echo stop; else echo -; fi; }
 while [ ! -f \"$D/exit\" ]; do
-  if ! kill -0 \"$kp\" 2>/dev/null; then sleep 0.3; [ -f \"$D/exit\" ] || { echo \"exit ? $(wc -c < \"$D/server.log\")\"; exit 0; }; fi
+  if ! kill -0 \"$kp\" 2>/dev/null; then sleep 0.3; [ -f \"$D/exit\" ] || { echo \"exit ? $(wc -c < \"$D/server.log\") $(asked)\"; exit 0; }; fi
   sleep 0.1
 done
-echo \"exit $(cat \"$D/exit\") $(wc -c < \"$D/server.log\")\"
+echo \"exit $(cat \"$D/exit\") $(wc -c < \"$D/server.log\") $(asked)\"
 ",
     );
     s
@@ -538,6 +542,7 @@ m=$(members | tr '\\n' ' ')
 held=0
 for x in $(gpus); do p=${{x%%,*}}; v=${{x#*,}}; case $v in ''|*[!0-9]*) continue;; esac; for q in $m; do [ \"$p\" = \"$q\" ] && held=$((held + v)); done; done
 t1=$(date +%s%N)
+date +%s > \"$D/stop\"
 kill -TERM \"$sp\" 2>/dev/null && say signal SIGTERM \"$sp\"
 i=0
 while [ $i -lt {ticks} ]; do [ -z \"$(members)\" ] && break; sleep 0.05; i=$((i+1)); done
@@ -680,8 +685,9 @@ pub async fn follow_log(w: RemoteWatch, tx: UnboundedSender<SourceMsg>) {
     }
 }
 
-/// Waits for the remote server's exit status (and the log size at that moment).
-pub async fn wait_exit(w: RemoteWatch, tx: UnboundedSender<(ExitInfo, Option<u64>)>) {
+/// Waits for the remote server's exit status and whether its stop was asked for (and the log size at that
+/// moment).
+pub async fn wait_exit(w: RemoteWatch, tx: UnboundedSender<(ServerEnd, Option<u64>)>) {
     loop {
         let generation = w.conn.generation();
         if let Ok(child) = w.conn.spawn(&exit_wait_script(&w.conn, &w.name)).await {
@@ -691,11 +697,13 @@ pub async fn wait_exit(w: RemoteWatch, tx: UnboundedSender<(ExitInfo, Option<u64
                 if it.next() == Some("exit") {
                     let status = it.next().and_then(|s| s.parse::<i32>().ok());
                     let size = it.next().and_then(|s| s.parse::<u64>().ok());
-                    let _ = tx.send((exit_info(status), size));
+                    let requested = it.next() == Some("stop");
+                    let _ = tx.send((ServerEnd { exit: exit_info(status), requested }, size));
                     return;
                 }
                 if text.trim() == "nopid" {
-                    let _ = tx.send((ExitInfo { code: None, signal: None, ours: false }, None));
+                    let exit = ExitInfo { code: None, signal: None, ours: false };
+                    let _ = tx.send((ServerEnd { exit, requested: false }, None));
                     return;
                 }
             }

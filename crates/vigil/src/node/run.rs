@@ -57,6 +57,12 @@ pub struct StopRequest {
     pub grace_ms: u64,
 }
 
+/// Was a stop of the run in `dir` asked for? `down` writes `stop.json` before it signals, so an exit it
+/// caused always finds it (a launch removes an earlier run's).
+pub fn stop_requested(dir: &Path) -> bool {
+    dir.join("stop.json").exists()
+}
+
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -2,7 +2,7 @@
 //! is a small script sent on stdin whose answer is parsed here. The node's keeper does what the local
 //! one does (records, stop with grace, proof that nothing is left).
 
-use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow};
+use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow, ServerEnd};
 use crate::check::Report as CheckReport;
 use crate::error::CliError;
 use crate::events::WatchEvent;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::evidence::Evidence;
-use vigil_core::judge::fmt_ms;
+use vigil_core::judge::{fmt_ms, ExitInfo};
 use vigil_core::{Profiles, Report};
 
 pub struct SshNode {
@@ -240,10 +240,12 @@ impl Node for SshNode {
         Ok(())
     }
 
-    async fn wait_exit(&self, name: &str) -> String {
+    async fn wait_exit(&self, name: &str) -> ServerEnd {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(remote::wait_exit(RemoteWatch::new(self.conn.clone(), name), tx));
-        rx.recv().await.map_or_else(|| "exited".into(), |(x, _)| crate::up::exit_how(x.code, x.signal))
+        // no answer at all (the connection was lost for good): how it ended is unknown
+        let unknown = || ServerEnd { exit: ExitInfo { code: None, signal: None, ours: false }, requested: false };
+        rx.recv().await.map_or_else(unknown, |(end, _)| end)
     }
 
     fn record_startup(&self, _run: &str, _r: &Report) {}
@@ -321,6 +323,12 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
             "gpu-held" => {
                 res.ok = false;
                 res.gpu_released = Some(false);
+                // a GPU holder is a survivor of the stop, as on this machine
+                if let Some(p) = rest.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                    if !res.survivors.contains(&p) {
+                        res.survivors.push(p);
+                    }
+                }
                 rep.note(t, &format!("GPU memory NOT released on {}: pid/MiB {rest}", conn.dest));
             }
             _ => {}

@@ -78,6 +78,12 @@ pub fn exit_how(code: Option<i32>, signal: Option<i32>) -> String {
     }
 }
 
+/// What the `stopped` event says of an orderly end after ready (`requested`: `vigil down` asked for it).
+pub fn stopped_how(x: &vigil_core::judge::ExitInfo, requested: bool) -> String {
+    let by = if requested { " (stopped by vigil down)" } else { "" };
+    format!("the server {} after ready{by}", exit_how(x.code, x.signal))
+}
+
 /// A run's state for `status`: the last verdict vigil reached for it (`recorded`, from its
 /// verdict.json) wins over what the log alone says (`from_log`: a stalled or unhealthy server's log
 /// looks like a ready or starting one). Alive: that verdict ("starting", "ready", "stalled", …); ended:

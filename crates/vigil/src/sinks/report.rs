@@ -219,29 +219,7 @@ impl Reporter {
                 }
                 self.print(&s);
             }
-            (_, Event::OnStall(s)) => {
-                let what = match (s.action, s.survivors.is_empty(), &s.host) {
-                    _ if let Some(f) = &s.failed => format!(
-                        "--on-stall stop: could not stop it on {}: {f}",
-                        s.host.as_deref().unwrap_or("this machine")
-                    ),
-                    (vigil_core::policy::OnStall::Keep, _, Some(h)) => format!("--on-stall keep: left running on {h}"),
-                    (vigil_core::policy::OnStall::Keep, _, None) => {
-                        format!("--on-stall keep: {} process(es) left running", s.pids.len())
-                    }
-                    (_, true, Some(h)) => format!("--on-stall stop: stopped on {h}, none left"),
-                    (_, true, None) => format!("--on-stall stop: {} process(es) stopped, none left", s.pids.len()),
-                    (_, false, _) => {
-                        format!("--on-stall stop: {} process(es) still alive: {:?}", s.survivors.len(), s.survivors)
-                    }
-                };
-                let port = match (s.port, s.port_free) {
-                    (Some(p), Some(true)) => format!("; port {p} free"),
-                    (Some(p), Some(false)) => format!("; port {p} still taken"),
-                    _ => String::new(),
-                };
-                self.print(&format!("[{:>7}] {what}{port}", fmt_t(t_ms)));
-            }
+            (_, Event::OnStall(s)) => self.print(&format!("[{:>7}] {}", fmt_t(t_ms), s.line())),
             (_, Event::Evidence(e)) => {
                 let s = format!(
                     "[{:>7}] evidence of {} process(es) in {} ({}):",

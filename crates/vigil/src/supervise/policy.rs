@@ -37,14 +37,14 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
     if pids.is_empty() {
         return; // nothing lingers
     }
-    let mut act = StallAction { action: policy, pids: pids.clone(), port, ..StallAction::default() };
+    let mut act = StallAction { pids: pids.clone(), port, ..StallAction::new(policy, r) };
     match policy {
         OnStall::Keep => {
             let how = match run_dir.and_then(|d| d.file_name()).and_then(|n| n.to_str()) {
                 Some(n) => format!("`vigil down {n}`"),
                 None => format!("`vigil down --pid {pid}`"),
             };
-            push_detail(r, &format!("left running (--on-stall keep): {} process(es); {how} stops it", pids.len()));
+            push_detail(r, &format!("{}; {how} stops it", act.line()));
         }
         OnStall::Stop => {
             act.survivors = match (run_dir, state) {
@@ -75,19 +75,11 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
                 }
                 act.port_free = Some(free);
             }
-            let port_txt = match (act.port, act.port_free) {
-                (Some(p), Some(true)) => format!("; port {p} free"),
-                (Some(p), _) => format!("; port {p} still taken ({})", crate::procs::port_holder_text(p)),
+            let holder = match (act.port, act.port_free) {
+                (Some(p), Some(false)) => format!(" ({})", crate::procs::port_holder_text(p)),
                 _ => String::new(),
             };
-            if act.survivors.is_empty() {
-                push_detail(r, &format!("stopped (--on-stall stop): {} process(es), none left{port_txt}", pids.len()));
-            } else {
-                push_detail(
-                    r,
-                    &format!("stop failed (--on-stall stop): pids {:?} still alive{port_txt}", act.survivors),
-                );
-            }
+            push_detail(r, &format!("{}{holder}", act.line()));
         }
     }
     rep.event(t_ms, &Event::OnStall(act));
@@ -107,28 +99,21 @@ pub async fn on_verdict_remote(
     }
     let policy = a.on_stall.unwrap_or_default();
     let host = w.conn.dest.clone();
-    let mut act = StallAction { action: policy, host: Some(host.clone()), ..StallAction::default() };
+    let mut act = StallAction { host: Some(host.clone()), ..StallAction::new(policy, r) };
     match policy {
-        OnStall::Keep => push_detail(
-            r,
-            &format!("left running on {host} (--on-stall keep); `vigil --host {host} down {}` stops it", w.name),
-        ),
-        OnStall::Stop => match crate::node::ssh::stopped(&w.conn, &w.name, a.stop_grace, rep).await {
-            Ok(s) => {
-                act.survivors = s.survivors;
-                act.gpu_released = s.gpu_released;
-                if s.ok {
-                    push_detail(r, &format!("stopped on {host} (--on-stall stop): none left"));
-                } else {
-                    push_detail(r, &format!("stop failed on {host} (--on-stall stop): pids {:?} left", act.survivors));
+        OnStall::Keep => {
+            push_detail(r, &format!("{}; `vigil --host {host} down {}` stops it", act.line(), w.name));
+        }
+        OnStall::Stop => {
+            match crate::node::ssh::stopped(&w.conn, &w.name, a.stop_grace, rep).await {
+                Ok(s) => {
+                    act.survivors = s.survivors;
+                    act.gpu_released = s.gpu_released;
                 }
+                Err(e) => act.failed = Some(e.message()),
             }
-            Err(e) => {
-                let e = e.message();
-                push_detail(r, &format!("stop failed on {host} (--on-stall stop): {e}"));
-                act.failed = Some(e);
-            }
-        },
+            push_detail(r, &act.line());
+        }
     }
     rep.event(t_ms, &Event::OnStall(act));
 }

@@ -11,6 +11,7 @@ use crate::events::WatchEvent;
 use crate::exit;
 use crate::follow::{self, SourceMsg};
 use crate::metrics::Metrics;
+use crate::node::ServerEnd;
 use crate::notify::Notifier;
 use crate::probe::{self, ProbeResult, Target};
 use crate::proof::{self, Generation};
@@ -21,9 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use vigil_core::proof::{Proof, ProofConfig, Step};
-use vigil_core::{
-    Classifier, Event, ExitInfo, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Report, Verdict,
-};
+use vigil_core::{Classifier, Event, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Report, Verdict};
 
 #[derive(Clone)]
 pub struct Args {
@@ -386,7 +385,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
             tokio::spawn(follow::follow_file(PathBuf::from(l), tx.clone()));
         }
     }
-    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(ExitInfo, Option<u64>)>();
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(ServerEnd, Option<u64>)>();
     if let Some(w) = &a.remote {
         tokio::spawn(crate::remote::follow_log(w.clone(), tx.clone()));
         tokio::spawn(crate::remote::wait_exit(w.clone(), exit_tx.clone()));
@@ -402,7 +401,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         tokio::spawn(async move {
             loop {
                 if !follow::pid_alive(pid) {
-                    let _ = exit_tx.send((exit_info(state_path.as_deref()).await, None));
+                    let _ = exit_tx.send((crate::node::local::recorded_end(state_path.as_deref()).await, None));
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -494,7 +493,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     // the last lines a dying server writes hold the cause.
     const EXIT_DRAIN: Duration = Duration::from_millis(150);
     const EXIT_DRAIN_MAX: Duration = Duration::from_secs(2);
-    let mut pending_exit: Option<(ExitInfo, Instant, Instant, Option<u64>)> = None;
+    let mut pending_exit: Option<(ServerEnd, Instant, Instant, Option<u64>)> = None;
     // The SSH connection is down: probes say nothing about the server then, and pause.
     let mut link_down = false;
     let mut tick = tokio::time::interval(Duration::from_millis(25));
@@ -503,7 +502,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     loop {
         let mut events: Vec<Event> = Vec::new();
         let mut gen_done: Option<Generation> = None;
-        let mut exit_now: Option<ExitInfo> = None;
+        let mut exit_now: Option<ServerEnd> = None;
         tokio::select! {
             _ = a.interrupts.recv(a.tag.is_some()) => {
                 if proof.watching() {
@@ -695,16 +694,11 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
                 };
             }
         }
-        if let Some(x) = exit_now.take() {
+        if let Some(ServerEnd { exit: x, requested: asked }) = exit_now.take() {
             // After ready, an exit that was asked for (`vigil down`) or a clean status 0 ends the watch in
             // order: not a crash, and not a later "unhealthy" from probes of a server that is gone.
-            let asked = a.exit_state.as_ref().and_then(|p| p.parent()).is_some_and(|d| d.join("stop.json").exists());
             if proof.watching() && judge.exit_is_orderly(&x, asked) {
-                let how = format!(
-                    "the server {} after ready{}",
-                    crate::up::exit_how(x.code, x.signal),
-                    if asked { " (stopped by vigil down)" } else { "" }
-                );
+                let how = crate::up::stopped_how(&x, asked);
                 rep.emit(
                     Some(ms()),
                     &WatchEvent::Stopped { how: &how, exit_code: x.code, signal: x.signal, requested: asked },
@@ -916,22 +910,6 @@ fn announce_ready(rep: &mut Reporter, sinks: &mut Sinks, t: u64, r: &Report, wat
         return None;
     }
     Some(Outcome::verdict(code, r.clone()))
-}
-
-/// The exit status of a process that died: from the keeper's state.json when it is a run of ours
-/// (the keeper reaps it and records code and signal), else unknown (not our child).
-async fn exit_info(state: Option<&std::path::Path>) -> ExitInfo {
-    if let Some(p) = state {
-        for _ in 0..50 {
-            if let Some(st) = crate::run::read_json::<crate::run::State>(p) {
-                if !st.running && (st.exit_code.is_some() || st.exit_signal.is_some()) {
-                    return ExitInfo { code: st.exit_code, signal: st.exit_signal, ours: true };
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    ExitInfo { code: None, signal: None, ours: false }
 }
 
 /// The process listening on a loopback target's port, when it is not `pid` or one of its descendants.

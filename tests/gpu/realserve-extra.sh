@@ -233,3 +233,37 @@ sc_EF() {
   snap f; down f
   record f "ready/degraded (spec), then down from another shell: foreground up exit 0"
 }
+
+# --- F: f alone, with the stack's default memory share (EF's half-and-half left SGLang's EAGLE-3 no KV cache)
+NEED[F]=120
+sc_F() {
+  HALFMEM=""; MEMFLAG=""
+  local e_was; e_was=$(declare -f sc_EF)
+  # the f half of EF: foreground up, proof material, vigil down from another shell
+  local f=$OD/f; mkdir -p "$f"
+  local fport=$((PORT + 21000))
+  serve "$M/target" "$fport"; local fcmd=("${CMD[@]}" $(SPECS "$M/eagle3"))
+  "$VIGIL" check --json -- "${fcmd[@]}" > "$f/check.json" 2>&1; echo $? > "$f/check.rc"
+  ( up f 200 -- "${fcmd[@]}" ) &
+  local fbg=$! i
+  for i in $(seq 1 1800); do { ready f || ! kill -0 $fbg 2>/dev/null; } && break; sleep 0.1; done
+  local FU=http://127.0.0.1:$fport
+  if ready f; then
+    for i in 1 2; do
+      metrics "$FU" "$f/metrics-$i-before.txt"
+      curl -s -m 60 "$FU/v1/completions" -H 'content-type: application/json' \
+        -d "{\"model\":\"$M/target\",\"prompt\":\"Hello, my name is\",\"max_tokens\":32,\"temperature\":0}" \
+        -w '\nHTTP %{http_code}\n' > "$f/completion-$i.txt" 2>&1
+      metrics "$FU" "$f/metrics-$i-after.txt"
+    done
+    curl -s -m 60 "$FU/generate" -H 'content-type: application/json' \
+      -d '{"text":"Hello, my name is","sampling_params":{"max_new_tokens":32,"temperature":0}}' > "$f/generate.json" 2>&1
+    curl -s -m 10 "$FU/server_info" > "$f/server_info.json" 2>&1
+    cp -a "$VIGIL_STATE_DIR/runs/f" "$f/run-before-down" 2>/dev/null
+    timeout -k 10 60 "$VIGIL" down f > "$f/down-other-shell.txt" 2>&1; echo $? > "$f/down-other-shell.rc"
+    note "f: vigil down from another shell exit $(cat "$f/down-other-shell.rc")"
+  fi
+  wait $fbg
+  snap f; down f
+  record f "ready/degraded (spec), then down from another shell: foreground up exit 0"
+}

@@ -276,6 +276,9 @@ fn e2e_https_self_signed_certificate_named_by_ca_cert() {
     let other = self_signed(&ssl, &d, "other", "localhost", san, None);
     let backend = free_port();
     let _server = start_server(&e, &e.models.join("tiny.gguf"), backend, &d.path("server.log"), &[]);
+    // `vigil probe` asks once: the backend must have loaded its model (its own /health says 200)
+    let up = || http_get(backend, "/health", &[]).is_ok_and(|r| r.0 == 200);
+    assert!(poll_until(T, Duration::from_millis(10), up), "llama-server never answered 200");
     let ports = [free_port(), free_port(), free_port()];
     let services = [
         (ports[0], good.0.clone(), good.1),

@@ -17,12 +17,18 @@ fn corpus() -> Vec<(String, Vec<u8>, String)> {
         eprintln!("SKIP: no corpus");
         return vec![];
     }
+    let subs = std::fs::read_dir(&dir).unwrap().map(|s| s.unwrap().path()).filter(|s| s.is_dir()).collect();
+    logs_in(subs)
+}
+
+/// The whole logs of the real vLLM and SGLang captured on the GPU machine (corpus/captured, issue #23).
+fn captured() -> Vec<(String, Vec<u8>, String)> {
+    logs_in(vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../corpus/captured")])
+}
+
+fn logs_in(subs: Vec<PathBuf>) -> Vec<(String, Vec<u8>, String)> {
     let mut out = Vec::new();
-    for sub in std::fs::read_dir(&dir).unwrap() {
-        let sub = sub.unwrap().path();
-        if !sub.is_dir() {
-            continue;
-        }
+    for sub in subs {
         for f in std::fs::read_dir(&sub).unwrap() {
             let f = f.unwrap().path();
             if f.extension().is_none_or(|e| e != "log") {
@@ -46,7 +52,18 @@ fn corpus() -> Vec<(String, Vec<u8>, String)> {
 
 #[test]
 fn corpus_contract_through_the_binary() {
-    let cases = corpus();
+    check_through_the_binary(corpus());
+}
+
+/// The captured real-server logs through `vigil diagnose`, as CI replays what the GPU run saw.
+#[test]
+fn captured_real_server_logs_through_the_binary() {
+    let cases = captured();
+    assert!(cases.len() >= 40, "corpus/captured holds {} logs", cases.len());
+    check_through_the_binary(cases);
+}
+
+fn check_through_the_binary(cases: Vec<(String, Vec<u8>, String)>) {
     let d = TempDir::new("corpus");
     let exceptions =
         std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus-exceptions.txt"))

@@ -540,3 +540,33 @@ fn only_a_new_count_of_a_bar_is_progress() {
     assert!(verdict_of(&feed(&mut j, 9_499, Input::Tick)).is_none());
     assert_eq!(verdict_of(&feed(&mut j, 9_500, Input::Tick)).unwrap().verdict, Verdict::Stalled);
 }
+
+/// Issue #24's framework lines, rendered from their sources: glibc's assert() message and the shells' job-death
+/// lines end a text that had reached serving as a crash, never as ready (the one false ready of the blind round).
+#[test]
+fn libc_asserts_and_shell_job_deaths_after_serving_are_crashes() {
+    let p = builtin();
+    let serving = "[2025-01-01 00:00:00] Load weight begin. avail mem=70 GB\n\
+                   [2025-01-01 00:00:30] The server is fired up and ready to roll!\n\
+                   [2025-01-01 00:00:31] Decode batch, #running-req: 1, #token: 40, token usage: 0.00, gen throughput (token/s): 50.0, #queue-req: 0\n";
+    for tail in [
+        // glibc assert/assert.c __assert_fail_base
+        "python3: /build/nccl/src/enqueue.cc:1121: ncclResult_t f(): Assertion `comm->rank >= 0' failed.\n",
+        // zsh Src/jobs.c: the signal's message, then the command
+        "zsh: killed     python -m sglang.launch_server --model-path m\n",
+        "zsh: abort      python -m sglang.launch_server --model-path m\n",
+        // bash jobs.c: a script's line, the pid, the signal's description
+        "./serve.sh: line 3: 41822 Killed                  python -m sglang.launch_server --model-path m\n",
+    ] {
+        let r = diagnose_text(p, Some("sglang"), &format!("{serving}{tail}"));
+        assert_eq!(r.verdict, Verdict::Crashed, "{tail}");
+        assert_eq!(r.phase, Phase::Serving, "{tail}");
+    }
+    // the same words inside an ordinary line are no death
+    let r = diagnose_text(
+        p,
+        Some("sglang"),
+        &format!("{serving}[2025-01-01 00:00:32] note: zsh: killed is a shell message\n"),
+    );
+    assert_eq!(r.verdict, Verdict::Ready);
+}

@@ -141,6 +141,37 @@ fn e2e_foreground_up_stopped_by_down_from_another_shell_exits_0() {
     assert!(!rest.iter().any(|j| j["event"] == "verdict"), "no second verdict: {rest:?}");
 }
 
+/// vLLM 0.26's API server exits with status 0 after its engine died (EngineDeadError), captured on the H200
+/// (corpus/captured/vllm-0.26.0-e.log). A foreground `vigil up` that nobody asked to stop reads the log since
+/// ready and calls that end a crash (it said "stopped", exit 0, before). Played back by a scripted stand-in
+/// (tests/standin/log_replay_server.py): no server that runs here ends itself this way.
+#[test]
+fn e2e_foreground_up_crash_after_ready_with_status_0_is_a_crash() {
+    let Some(_) = env() else { return };
+    let d = TempDir::new("fgdead");
+    let port = free_port();
+    // both written into the test's folder: the unprivileged re-run may not read the source tree
+    let standin = d.0.join("log_replay_server.py");
+    std::fs::write(&standin, include_str!("standin/log_replay_server.py")).unwrap();
+    let captured = d.0.join("captured.log");
+    std::fs::write(&captured, include_bytes!("../../../corpus/captured/vllm-0.26.0-e.log")).unwrap();
+    let trigger = d.0.join("engine-dies");
+    let mut c = v(&d.0);
+    c.args(["up", "--name", "fgd", "--json", "--server", "vllm", "--no-check", "--", "python3"]);
+    c.arg(&standin).args(["--port", &port.to_string(), "--until", "Application startup complete"]);
+    c.arg("--log").arg(&captured).arg("--trigger").arg(&trigger);
+    let (mut child, mut events) = spawn_json(c);
+    let r = events.by_ref().find(|j| j["event"] == "verdict").expect("no verdict");
+    assert_eq!(r["verdict"], "ready", "{r}");
+    std::fs::write(&trigger, b"").unwrap();
+    let st = wait_bounded(&mut child, T);
+    let rest: Vec<serde_json::Value> = events.collect();
+    assert_eq!(st.code(), Some(3), "{rest:?}");
+    assert!(!rest.iter().any(|j| j["event"] == "stopped"), "an engine death is no orderly stop: {rest:?}");
+    let note = rest.iter().filter_map(|j| j["message"].as_str()).find(|m| m.contains("ending on a failure"));
+    assert!(note.is_some_and(|m| m.contains("engine_dead")), "{rest:?}");
+}
+
 #[test]
 fn e2e_up_refuses_a_taken_port_and_names_the_holder() {
     let Some(e) = env() else { return };

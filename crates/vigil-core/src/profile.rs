@@ -500,7 +500,11 @@ impl RuleSet {
         // regex's own RegexSet settings (size limits, all matches, bytes), plus no prefilter
         let metac = meta::Config::new()
             .nfa_size_limit(Some(10 * (1 << 20)))
-            .hybrid_cache_capacity(2 * (1 << 20))
+            // 4 MiB, not regex's 2: with the framework rules of issue #23/#24 the generic set's lazy DFA
+            // cleared its 2 MiB cache so often on real bodies that it gave up and fell back (diagnose 61 -> 31
+            // MiB/s on the corpus bodies, docs/benchmarks.md); the cache fills only as states are needed, and
+            // peak RSS of `vigil wait` stays 13.3-14.6 MiB.
+            .hybrid_cache_capacity(4 * (1 << 20))
             .match_kind(MatchKind::All)
             .utf8_empty(false)
             .which_captures(regex_automata::nfa::thompson::WhichCaptures::None)

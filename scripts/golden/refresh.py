@@ -211,11 +211,25 @@ def main():
         timings.setdefault(key, {}).update({"venv_s": round(t2 - t1, 1), "run_s": round(time.time() - t2, 1), "rows": len(got)})
         log(f"   {len(got)} rows; venv {t2 - t1:.0f}s, run {time.time() - t2:.0f}s")
     rows.sort(key=lambda r: (r["server"], _vkey(r["version"]), r["case"], r["seq"]))
+    for r in rows:
+        r.pop("seq", None)
     out = Path(args.out)
+    if only:
+        # Keep the rows of the listed versions that were not run (a full run would give them again, in the
+        # same order: rows are grouped by server and version, and a group's order is the runner's own).
+        # A version whose venv or runner failed before its first row keeps its old rows.
+        ran = {(r["server"], r["version"]) for r in rows}
+        listed = set(VERSIONS)
+        kept = []
+        if out.exists():
+            for line in out.read_text().splitlines():
+                r = json.loads(line)
+                if (r["server"], r["version"]) in listed and (r["server"], r["version"]) not in ran:
+                    kept.append(r)
+        rows = sorted(kept + rows, key=lambda r: (r["server"], _vkey(r["version"])))  # stable: groups keep order
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as f:
         for r in rows:
-            r.pop("seq", None)
             f.write(json.dumps(r, sort_keys=False, ensure_ascii=False) + "\n")
     log(f"wrote {len(rows)} rows to {out} in {time.time() - t0:.0f}s")
     log(json.dumps(timings))

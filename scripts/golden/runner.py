@@ -105,7 +105,12 @@ def _attn_backend(*a, **k):
     return b
 
 
-NOT_BUILT = {"get_rope": _not_built, "get_rope_wrapper": _not_built, "get_attn_backend": _attn_backend}
+# Modules the layers import inside their constructors, holding a NOT_BUILT function: imported first, so that the
+# stand-in is in place from the first row on.
+LAZY_MODULES = {"vllm": ("vllm.model_executor.layers.minimax_rms_norm.lamport_workspace",)}
+NOT_BUILT = {"get_rope": _not_built, "get_rope_wrapper": _not_built, "get_attn_backend": _attn_backend,
+             # vLLM's MiniMax QK-norm all-reduce buffer (GPU memory over the TP group).
+             "get_allreduce_workspace": _not_built}
 
 
 class Capture(logging.Handler):
@@ -180,6 +185,8 @@ def result_of_build_error(e):
 
     if isinstance(e, ImportFailed):
         return {"harness_error": _no_paths(f"import: {e}")}
+    if any(a in str(e) for a in ARTIFACTS):
+        return {"harness_error": _no_paths(f"{type(e).__name__}: {e}")}
     tb = traceback.extract_tb(e.__traceback__)
     own = [f for f in tb if f"/site-packages/{SERVER}/" in f.filename]
     # Model and layer code only: a ValueError from the runtime plumbing (SGLang's "config namespace 'exec' not
@@ -215,7 +222,8 @@ class FakeParallel:
 
     def __getattr__(self, k):
         # Other names (flags such as dcp_enabled) from the published server args, as the real context answers;
-        # ranks and groups of process groups that do not exist here: rank 0 of a group of one.
+        # ranks and groups of process groups that do not exist here: rank 0 of a group of one, the TP groups
+        # of N ranks.
         try:
             return getattr(self._real, k)
         except Exception:
@@ -223,13 +231,22 @@ class FakeParallel:
                 return 1
             if k.endswith("_rank"):
                 return 0
+            if k.endswith("_group"):
+                return FakeGroup(self.tp_size if k in ("tp_group", "attn_tp_group") else 1)
             raise AttributeError(k) from None
 
 
 class FakeGroup:
+    """A TP group of N ranks seen from rank 0; its process groups (`cpu_group`, `device_group`) are stubs."""
+
     def __init__(self, n):
         self.world_size, self.rank_in_group, self.rank, self.local_rank = n, 0, 0, 0
         self.ranks = list(range(n))
+
+    def __getattr__(self, k):
+        import stubs
+
+        return stubs._make(f"tp group.{k}")
 
 
 REAL_GET_PARALLEL = []
@@ -272,6 +289,11 @@ def build_attention(models_pkg, arch, cfg, n):
         mod = importlib.import_module(f"{models_pkg}.{modname}")
     except Exception as e:
         raise ImportFailed(f"{type(e).__name__}: {e}") from e
+    for lazy in LAZY_MODULES.get(SERVER, ()):
+        try:
+            importlib.import_module(lazy)
+        except Exception:
+            pass
     set_tp(n)
     for name, m in list(sys.modules.items()):
         if name.startswith(SERVER + ".") and m is not None:

@@ -268,10 +268,14 @@ class _Parameter(_FakeTensor):
 
 class _DType:
     """`torch.dtype`: the dtypes are its instances (module constants such as SGLang's
-    `assert isinstance(NIXL_EP_TOPK_INDICES_DTYPE, torch.dtype)` hold), distinct and compared by identity."""
+    `assert isinstance(NIXL_EP_TOPK_INDICES_DTYPE, torch.dtype)` hold), distinct and compared by identity, with
+    their `itemsize` (SGLang 0.5.22 reads `torch.float32.itemsize` at import)."""
 
     def __init__(self, name):
         self.name = name
+        bits = "".join(c for c in name.split("_")[0] if c.isdigit())
+        self.itemsize = 1 if name == "bool" or name.startswith(("float8", "float4")) else int(bits) // 8
+        self.is_floating_point = name.startswith(("float", "bfloat"))
 
     def __repr__(self):
         return f"torch.{self.name}"
@@ -297,7 +301,9 @@ def _specials(version_map: dict[str, str]) -> dict[str, dict[str, object]]:
             "compile": lambda *a, **k: (a[0] if a and callable(a[0]) else (lambda f: f)),
             "is_grad_enabled": _false,
             "get_default_dtype": lambda: sys.modules["torch"].float32,
-            **{f: _fake_tensor for f in ("empty", "zeros", "ones", "full", "tensor", "rand", "randn", "arange",
+            # Not `torch.tensor`: module-level code reads scalars back (`torch.tensor(beta).item()`, SGLang
+            # 0.5.22 layers/activation.py), which the permissive stub answers.
+            **{f: _fake_tensor for f in ("empty", "zeros", "ones", "full", "rand", "randn", "arange",
                                          "empty_like", "zeros_like", "ones_like")},
         },
         "torch.nn": {"Parameter": _Parameter},

@@ -31,14 +31,31 @@ SHARED_CASES = Path(os.environ.get("VIGIL_CHECK_CASES", "/work/shared/check-case
 REPO_CASES = REPO / "crates" / "vigil" / "tests" / "configs"
 OUT = REPO / "crates" / "vigil" / "tests" / "golden" / "check-golden.jsonl"
 
-# (server, version). The transformers pin is read from the wheel's METADATA.
+# (server, version). The transformers pin is read from the wheel's METADATA. Every third minor release of the
+# covered range (vLLM 0.20-0.33, SGLang 0.5.10-0.5.23) and every release in which a rule that `vigil check`
+# models changed, found by diffing the servers' config and model code between consecutive releases
+# (tests/golden/README.md, "Versions"): `check` confirms a release between two of them with the lower one.
+# Keep in step with `Srv::golden_versions` (crates/vigil/src/check/derive.rs; a test compares them).
 VERSIONS = [
     ("sglang", "0.5.23"),  # newest on PyPI
-    ("sglang", "0.5.11"),  # last with the one-layer EAGLE-3 rule per the issue (B6)
+    ("sglang", "0.5.22"),  # EmbeddingGemma2 context capped at 8192 (model_config.py _derive_context_length)
+    ("sglang", "0.5.20"),
+    ("sglang", "0.5.17"),  # issue #23
+    ("sglang", "0.5.14"),  # the layers read the TP size through get_parallel()
+    ("sglang", "0.5.12"),  # kimi_k2 config registered; the one-layer EAGLE-3 rule gone
+    ("sglang", "0.5.11"),  # last with the one-layer EAGLE-3 rule (B6)
+    ("sglang", "0.5.10"),  # oldest covered
     # ("sglang", "0.4.10.post2"),  # 0.4.x (B12). Not covered: with its pin transformers==4.54.1 and the
     #   stubs, `from transformers import AutoProcessor` (sglang/srt/configs/deepseekvl2.py) fails at import.
     ("vllm", "0.33.0"),  # newest on PyPI
+    ("vllm", "0.32.0"),  # rope parameters read through iter_rope_parameters (empty per-layer entries skipped)
+    ("vllm", "0.30.0"),  # YaRN no longer scaled (M1); layers without RoPE skipped
     ("vllm", "0.29.0"),  # last before the YaRN change (M1)
+    ("vllm", "0.26.0"),  # issue #23
+    ("vllm", "0.24.0"),  # transformers >= 5.5.3 required (4.x support and GGUF configs gone from get_config)
+    ("vllm", "0.23.0"),
+    ("vllm", "0.21.0"),  # legacy rope `type` patched before transformers standardises the rope parameters
+    ("vllm", "0.20.0"),  # oldest covered
 ]
 
 # Light modules the config code imports at module level, installed from PyPI as binary wheels.
@@ -64,8 +81,9 @@ LIGHT_DEPS = {
 # need: a stub is visible to transformers' is_X_available() probes (with version 0.0.0 unless pinned), so
 # stubbing more than necessary changes which optional code paths transformers takes.
 STUBS = {
-    "sglang": ["torch", "triton", "sgl_kernel", "flashinfer", "IPython", "torchvision", "tvm_ffi", "compressed_tensors"],
-    "vllm": ["torch", "triton", "torchvision", "xgrammar", "llguidance", "compressed_tensors"],
+    "sglang": ["torch", "triton", "sgl_kernel", "flashinfer", "IPython", "torchvision", "tvm_ffi", "compressed_tensors",
+               "xgrammar"],
+    "vllm": ["torch", "triton", "torchvision", "xgrammar", "llguidance", "compressed_tensors", "cuda"],
 }
 
 STUB_VERSIONS_DEFAULT = {"torchvision": "0.29.0", "torchaudio": "2.11.0"}
@@ -211,11 +229,25 @@ def main():
         timings.setdefault(key, {}).update({"venv_s": round(t2 - t1, 1), "run_s": round(time.time() - t2, 1), "rows": len(got)})
         log(f"   {len(got)} rows; venv {t2 - t1:.0f}s, run {time.time() - t2:.0f}s")
     rows.sort(key=lambda r: (r["server"], _vkey(r["version"]), r["case"], r["seq"]))
+    for r in rows:
+        r.pop("seq", None)
     out = Path(args.out)
+    if only:
+        # Keep the rows of the listed versions that were not run (a full run would give them again, in the
+        # same order: rows are grouped by server and version, and a group's order is the runner's own).
+        # A version whose venv or runner failed before its first row keeps its old rows.
+        ran = {(r["server"], r["version"]) for r in rows}
+        listed = set(VERSIONS)
+        kept = []
+        if out.exists():
+            for line in out.read_text().splitlines():
+                r = json.loads(line)
+                if (r["server"], r["version"]) in listed and (r["server"], r["version"]) not in ran:
+                    kept.append(r)
+        rows = sorted(kept + rows, key=lambda r: (r["server"], _vkey(r["version"])))  # stable: groups keep order
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as f:
         for r in rows:
-            r.pop("seq", None)
             f.write(json.dumps(r, sort_keys=False, ensure_ascii=False) + "\n")
     log(f"wrote {len(rows)} rows to {out} in {time.time() - t0:.0f}s")
     log(json.dumps(timings))

@@ -42,7 +42,75 @@ DRAFT_PAIRS = [
     ("qwen3-8b-yarn", "sf-qwen3-8b-eagle3"),
 ]
 HUMAN = {"sglang": ["32k", "32K", "32768"], "vllm": ["32k", "32K", "auto", "-1", "32768"]}
-TP_SIZES = [2, 3, 8, 16]
+TP_SIZES = [2, 3, 4, 6, 8, 16]
+
+# The attention layer each architecture's decoder layer builds (read from the decoder layers' `__init__`:
+# `self.self_attn = X(...)`, or the class the layer picks for this config), per server: (module under the
+# server's models package, class). `#attn#N` rows construct it at TP size N.
+ATTN_CLASSES = {
+    "sglang": {
+        "LlamaForCausalLM": ("llama", "LlamaAttention"),
+        "MistralForCausalLM": ("llama", "LlamaAttention"),  # mistral.py: class MistralForCausalLM(LlamaForCausalLM)
+        "Phi3ForCausalLM": ("llama", "LlamaAttention"),  # registered as a LlamaForCausalLM subclass (llama.py)
+        "LlamaForCausalLMEagle3": ("llama", "LlamaAttention"),  # llama_eagle3.py LlamaDecoderLayer(LlamaDecoderLayer)
+        "Qwen2ForCausalLM": ("qwen2", "Qwen2Attention"),
+        "InternVLChatModel": ("qwen2", "Qwen2Attention"),  # the configs' llm_config is Qwen2ForCausalLM
+        "Qwen3ForCausalLM": ("qwen3", "Qwen3Attention"),
+        "Qwen3MoeForCausalLM": ("qwen3_moe", "Qwen3MoeAttention"),
+        "MixtralForCausalLM": ("mixtral", "MixtralAttention"),
+        "Gemma3ForCausalLM": ("gemma3_causal", "Gemma3Attention"),
+        "Gemma3ForConditionalGeneration": ("gemma3_causal", "Gemma3Attention"),  # its language_model
+        "CohereForCausalLM": ("commandr", "CohereAttention"),
+        "Glm4MoeForCausalLM": ("glm4_moe", "Glm4MoeAttention"),
+        "MiniMaxM2ForCausalLM": ("minimax_m2", "MiniMaxM2Attention"),
+        "GptOssForCausalLM": ("gpt_oss", "GptOssAttention"),
+        "DeepseekV3ForCausalLM": ("deepseek_v2", "DeepseekV2AttentionMLA"),
+    },
+    "vllm": {
+        "LlamaForCausalLM": ("llama", "LlamaAttention"),
+        "MistralForCausalLM": ("mistral", "MistralAttention"),  # MistralDecoderLayer(attn_layer_type=MistralAttention)
+        "Phi3ForCausalLM": ("llama", "LlamaAttention"),  # phi3.py: class Phi3ForCausalLM(LlamaForCausalLM)
+        "LlamaForCausalLMEagle3": ("llama", "LlamaAttention"),  # llama_eagle3.py LlamaDecoderLayer(LlamaDecoderLayer)
+        "Qwen2ForCausalLM": ("qwen2", "Qwen2Attention"),
+        "InternVLChatModel": ("qwen2", "Qwen2Attention"),  # the configs' llm_config is Qwen2ForCausalLM
+        "Qwen3ForCausalLM": ("qwen3", "Qwen3Attention"),
+        "Qwen3MoeForCausalLM": ("qwen3_moe", "Qwen3MoeAttention"),
+        "MixtralForCausalLM": ("mixtral", "MixtralAttention"),
+        "Gemma3ForCausalLM": ("gemma3", "Gemma3Attention"),
+        "Gemma3ForConditionalGeneration": ("gemma3", "Gemma3Attention"),  # gemma3_mm.py builds Gemma3ForCausalLM
+        "CohereForCausalLM": ("commandr", "CohereAttention"),
+        "Glm4MoeForCausalLM": ("glm4_moe", "Glm4MoeAttention"),
+        "MiniMaxM2ForCausalLM": ("minimax_m2", "MiniMaxM2Attention"),
+        "GptOssForCausalLM": ("gpt_oss", "OAIAttention"),
+        "DeepseekV3ForCausalLM": ("deepseek_v2", "DeepseekV2MLAAttention"),
+    },
+}
+# Built by the attention layers but holding no TP rule: the rotary embedding computes its cos/sin cache with
+# tensors, which the torch stub cannot do, and vLLM's attention-backend selector asks the GPU platform, which
+# is not there. Replaced by a stub while a layer is built.
+def _not_built(*a, **k):
+    import stubs
+
+    return stubs._make("not built")()
+
+
+def _attn_backend(*a, **k):
+    """A backend for vLLM's Attention layer to hold: named FLASH_ATTN (the layer looks its name up in the
+    backend registry), without ALiBi; every other attribute a stub."""
+    import stubs
+
+    b = stubs._make("attention backend")
+    type.__setattr__(b, "get_name", staticmethod(lambda: "FLASH_ATTN"))
+    type.__setattr__(b, "supports_alibi_sqrt", staticmethod(lambda: False))
+    return b
+
+
+# Modules the layers import inside their constructors, holding a NOT_BUILT function: imported first, so that the
+# stand-in is in place from the first row on.
+LAZY_MODULES = {"vllm": ("vllm.model_executor.layers.minimax_rms_norm.lamport_workspace",)}
+NOT_BUILT = {"get_rope": _not_built, "get_rope_wrapper": _not_built, "get_attn_backend": _attn_backend,
+             # vLLM's MiniMax QK-norm all-reduce buffer (GPU memory over the TP group).
+             "get_allreduce_workspace": _not_built}
 
 
 class Capture(logging.Handler):
@@ -100,7 +168,7 @@ STDERR = io.StringIO()
 # Failures caused by the import stubs, not by the server's checks: reported as harness errors, never as
 # a server refusal.
 ARTIFACTS = ("vigil stub", "vigil_stub", "is already registered", "Inplace overload", "_StubMeta",
-             "No module named", "not enough values to unpack", "metaclass conflict")
+             "No module named", "not enough values to unpack", "metaclass conflict", "'function' object has no attribute")
 
 
 def result_of_error(e):
@@ -108,6 +176,170 @@ def result_of_error(e):
     if any(a in t for a in ARTIFACTS):
         return {"harness_error": t}
     return {"accepted": False, "message": t}
+
+
+def result_of_build_error(e):
+    """A layer's constructor raised: a refusal when an `assert` or a `ValueError` of the server's own code
+    raised it (the row names the file:line and the line), otherwise a harness error (a stub the path needed)."""
+    import linecache
+
+    if isinstance(e, ImportFailed):
+        return {"harness_error": _no_paths(f"import: {e}")}
+    if any(a in str(e) for a in ARTIFACTS):
+        return {"harness_error": _no_paths(f"{type(e).__name__}: {e}")}
+    tb = traceback.extract_tb(e.__traceback__)
+    own = [f for f in tb if f"/site-packages/{SERVER}/" in f.filename]
+    # Model and layer code only: a ValueError from the runtime plumbing (SGLang's "config namespace 'exec' not
+    # published") is the harness's missing set-up, not a check.
+    checks = ("/models/", "/layers/", "/distributed/")
+    if (isinstance(e, (AssertionError, ValueError, ZeroDivisionError)) and own and own[-1] is tb[-1]
+            and any(c in own[-1].filename.split("/site-packages/", 1)[1] for c in checks)):
+        f = own[-1]
+        where = f.filename.split("/site-packages/", 1)[1]
+        line = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+        msg = str(e).replace(JOB["models_root"], "<models>")
+        return {"accepted": False, "message": f"{type(e).__name__} at {where}:{f.lineno}: {line}" + (f" ({msg})" if msg else "")}
+    return {"harness_error": _no_paths(f"{type(e).__name__}: {e} at {tb[-1].filename}:{tb[-1].lineno}")}
+
+
+def _no_paths(t):
+    """A message without the machine's paths (venv site-packages, this checkout): the table is byte-identical
+    wherever it is refreshed."""
+    import re
+
+    t = re.sub(r"/[^\s'\"()]*/site-packages/", "", t)
+    return re.sub(r"/[^\s'\"()]*/scripts/golden/", "scripts/golden/", t)
+
+
+class FakeParallel:
+    """The TP topology a launch with `--tp N` publishes (no DP attention, no PP): what SGLang's
+    `get_parallel()` answers for the sizes and ranks the attention layers read."""
+
+    def __init__(self, n, real):
+        self.__dict__.update(tp_size=n, tp_rank=0, attn_tp_size=n, attn_tp_rank=0, attn_dp_size=1, attn_dp_rank=0,
+                             pp_size=1, pp_rank=0, moe_tp_size=n, moe_ep_size=1, attn_cp_size=1, attn_cp_rank=0,
+                             enable_dp_lm_head=False, _real=real)
+
+    def __getattr__(self, k):
+        # Other names (flags such as dcp_enabled) from the published server args, as the real context answers;
+        # ranks and groups of process groups that do not exist here: rank 0 of a group of one, the TP groups
+        # of N ranks.
+        try:
+            return getattr(self._real, k)
+        except Exception:
+            if k.endswith("_size"):
+                return 1
+            if k.endswith("_rank"):
+                return 0
+            if k.endswith("_group"):
+                return FakeGroup(self.tp_size if k in ("tp_group", "attn_tp_group") else 1)
+            raise AttributeError(k) from None
+
+
+class FakeGroup:
+    """A TP group of N ranks seen from rank 0; its process groups (`cpu_group`, `device_group`) are stubs."""
+
+    def __init__(self, n):
+        self.world_size, self.rank_in_group, self.rank, self.local_rank = n, 0, 0, 0
+        self.ranks = list(range(n))
+
+    def __getattr__(self, k):
+        import stubs
+
+        return stubs._make(f"tp group.{k}")
+
+
+REAL_GET_PARALLEL = []
+
+
+def set_tp(n):
+    """Every loaded module of the server that reads the TP size or rank through a getter answers N and 0."""
+    if not REAL_GET_PARALLEL:
+        rc = sys.modules.get(f"{SERVER}.srt.runtime_context")
+        REAL_GET_PARALLEL.append(getattr(rc, "get_parallel", None))
+    real = REAL_GET_PARALLEL[0]() if REAL_GET_PARALLEL[0] else None
+    answers = {
+        "get_tensor_model_parallel_world_size": lambda: n,
+        "get_tensor_model_parallel_rank": lambda: 0,
+        "get_attention_tp_size": lambda: n,
+        "get_attention_tp_rank": lambda: 0,
+        "get_attention_dp_size": lambda: 1,
+        "get_parallel": (lambda fp=FakeParallel(n, real): fp),
+        "get_tp_group": (lambda g=FakeGroup(n): g),
+        "get_pp_group": (lambda g=FakeGroup(1): g),
+    }
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith(SERVER + ".") or mod is None:
+            continue
+        g = mod.__dict__
+        for f, v in answers.items():
+            if callable(g.get(f)) and not isinstance(g.get(f), type):
+                g[f] = v
+
+
+def build_attention(models_pkg, arch, cfg, n):
+    """Constructs the attention layer `arch`'s decoder layer builds, with the TP size N, from the text config."""
+    import importlib
+    import inspect
+
+    import stubs
+
+    modname, clsname = ATTN_CLASSES[SERVER][arch]
+    try:
+        mod = importlib.import_module(f"{models_pkg}.{modname}")
+    except Exception as e:
+        raise ImportFailed(f"{type(e).__name__}: {e}") from e
+    for lazy in LAZY_MODULES.get(SERVER, ()):
+        try:
+            importlib.import_module(lazy)
+        except Exception:
+            pass
+    set_tp(n)
+    for name, m in list(sys.modules.items()):
+        if name.startswith(SERVER + ".") and m is not None:
+            for f, stand_in in NOT_BUILT.items():
+                if callable(m.__dict__.get(f)):
+                    m.__dict__[f] = stand_in
+    cls = getattr(mod, clsname)
+    kv = getattr(cfg, "num_key_value_heads", None)
+    given = {
+        "config": cfg,
+        "hidden_size": cfg.hidden_size,
+        "num_heads": cfg.num_attention_heads,
+        "num_kv_heads": kv if kv is not None else cfg.num_attention_heads,
+        "head_dim": getattr(cfg, "head_dim", None),
+        "layer_id": 0,
+        # What the decoder layers of per-layer-type models pass for layer 0 (GPT-OSS: config.layer_types[0]).
+        "layer_type": (getattr(cfg, "layer_types", None) or [None])[0],
+        "layer_idx": 0,
+        "prefix": "model.layers.0.self_attn",
+        "quant_config": None,
+        "cache_config": None,
+        "max_position": getattr(cfg, "max_position_embeddings", 8192),
+        "max_position_embeddings": getattr(cfg, "max_position_embeddings", 8192),
+    }
+    kw = {}
+    for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in given and (given[p.name] is not None or p.default is p.empty):
+            kw[p.name] = given[p.name]
+        elif p.default is p.empty:
+            if hasattr(cfg, p.name):
+                kw[p.name] = getattr(cfg, p.name)
+            elif p.name == "vllm_config":
+                kw[p.name] = VLLM_CONFIG[0]
+            else:
+                raise RuntimeError(f"vigil stub: {clsname}.__init__ needs {p.name!r}, not in the config")
+    cls(**kw)
+    return True
+
+
+VLLM_CONFIG = [None]
+
+
+class ImportFailed(Exception):
+    """The model module did not import under the stubs (never a refusal)."""
 
 
 class Rows:
@@ -193,6 +425,19 @@ class SGLang:
         return self.called_mc() + " (draft: is_draft_model=True, context_length=target.context_len)"
 
     tp = None
+    models_pkg = "sglang.srt.models"
+
+    def publish(self, d, n, m):
+        """What the scheduler process does before it builds the model: the server args of `--tp N` published
+        process-wide (`set_global_server_args_for_scheduler`, server_args.py), which the layers read."""
+        import contextlib
+
+        sargs = self.server_args(["--model-path", d, "--tp-size", str(n)])
+        self.sa.set_global_server_args_for_scheduler(sargs)
+        return contextlib.nullcontext()
+
+    def text_config(self, m):
+        return m.hf_text_config
 
 
 # ------------------------------------------------------------------------------------------------- vLLM
@@ -266,6 +511,25 @@ class VLLM:
 
     def called_tp(self):
         return "vllm.config.ModelConfig.verify_with_parallel_config(vllm.config.ParallelConfig)"
+
+    models_pkg = "vllm.model_executor.models"
+
+    def publish(self, d, n, m):
+        """What the worker does around building the model: the engine's config current
+        (`set_current_vllm_config(VllmConfig(model_config, parallel_config))`, vllm/config/vllm.py), which the
+        layers read (CustomOp, Attention)."""
+        from vllm.config import DeviceConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+
+        # device "cuda": there is no GPU platform to detect it from here. Built at TP 1 and then set to N:
+        # VllmConfig's own validation calls verify_with_parallel_config, whose refusal is the `#tp#` rows'.
+        vc = VllmConfig(model_config=m, parallel_config=ParallelConfig(tensor_parallel_size=1),
+                        device_config=DeviceConfig(device="cuda"))
+        vc.parallel_config.tensor_parallel_size = n
+        VLLM_CONFIG[0] = vc
+        return set_current_vllm_config(vc)
+
+    def text_config(self, m):
+        return m.hf_text_config
 
     def tp(self, m, n):
         from vllm.config import ParallelConfig
@@ -375,6 +639,27 @@ def main_variant(variant):
                 v, e, msgs = captured(lambda: a.tp(m, n))
                 res = {"accepted": True} if e is None else result_of_error(e)
                 rows.emit(f"{name}#tp#{n}", a.called_tp(), name, None, ["--tensor-parallel-size", str(n)], env, res)
+
+    # (e) The attention layer built at each TP size: the heads / KV-heads checks in the model code.
+    if variant == 0:
+        for name in cases:
+            if name not in derived:
+                continue
+            m = derived[name][1]
+            arch = (getattr(m.hf_config, "architectures", None) or ["?"])[0]
+            if arch not in ATTN_CLASSES[SERVER]:
+                continue
+            modname, clsname = ATTN_CLASSES[SERVER][arch]
+            called = f"{a.models_pkg}.{modname}.{clsname}(text config, TP size N)"
+            for n in TP_SIZES:
+                CAP.msgs = []
+                try:
+                    with a.publish(cases[name], n, m):
+                        build_attention(a.models_pkg, arch, a.text_config(m), n)
+                    res = {"accepted": True}
+                except Exception as e:
+                    res = result_of_build_error(e)
+                rows.emit(f"{name}#attn#{n}", called, name, None, ["--tensor-parallel-size", str(n)], env, res)
 
 
 REAL_STDERR = sys.stderr

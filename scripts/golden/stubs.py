@@ -31,15 +31,19 @@ import typing
 _CACHE_KEY = "_vigil_stub_attrs"
 
 
-class _StubMeta(abc.ABCMeta):
-    # ABCMeta so that `class X(torch.nn.Module, ABC)` has a consistent metaclass.
+class _StubMeta(typing._ProtocolMeta):
+    # ABCMeta (through typing's Protocol metaclass) so that `class X(torch.nn.Module, ABC)` and vLLM's model
+    # classes `class LlamaForCausalLM(nn.Module, SupportsLoRA, SupportsPP)` (Protocols) have a consistent
+    # metaclass.
     def __getattr__(cls, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         d = type.__getattribute__(cls, "__dict__")
         if not d.get("_vigil_stub", False):
-            # A real class that subclasses a stub: only its own/bases' attributes.
-            raise AttributeError(name)
+            # A real class that subclasses a stub: only its own/bases' attributes, except the class attributes
+            # its stub base would provide (`_attention.apply` of a `torch.autograd.Function`, at import time).
+            if not any(_is_stub(b) and b.__qualname__ in _CLASS_ATTR_BASES for b in cls.__mro__[1:]):
+                raise AttributeError(name)
         if name == "name":  # e.g. torch.library.Library(...).m.name, used as an attribute name
             return cls.__qualname__.replace(".", "_").replace("()", "")
         v = _make(f"{cls.__qualname__}.{name}")
@@ -132,8 +136,35 @@ def _is_stub(cls) -> bool:
     return type.__getattribute__(cls, "__dict__").get("_vigil_stub", False)
 
 
+def _any_schema(cls, source, handler):
+    """pydantic: a stub used as a field type (SGLang >= 0.5.20 types a request field `xgrammar.StructuralTag`)
+    validates anything."""
+    from pydantic_core import core_schema
+
+    return core_schema.any_schema()
+
+
+def _instance_attr(self, name):
+    """An attribute of an instance of a real class built on the stub `torch.nn.Module` that the class did not
+    set (`self.register_buffer`, `self.training`): a stub, as for the class itself. The model layers' own
+    attributes are set in their `__init__` and found before this."""
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(name)
+    return _make(f"{type(self).__qualname__}.{name}")
+
+
+# Stub classes whose real subclasses are instantiated (layers built at import time, and the attention layers
+# that runner.py constructs): their instances answer unknown attributes with stubs.
+_MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+_CLASS_ATTR_BASES = {"torch.autograd.Function"}
+
+
 def _make(name: str):
-    return _StubMeta(name.rsplit(".", 1)[-1] or "stub", (), {"_vigil_stub": True, "__qualname__": name, "__module__": "vigil_stub"})
+    ns = {"_vigil_stub": True, "__qualname__": name, "__module__": "vigil_stub", "_is_protocol": False,
+          "__get_pydantic_core_schema__": classmethod(_any_schema)}
+    if name in _MODULE_BASES:
+        ns["__getattr__"] = _instance_attr
+    return _StubMeta(name.rsplit(".", 1)[-1] or "stub", (), ns)
 
 
 def _false(*a, **k):
@@ -195,6 +226,22 @@ def _infer_schema(fn, *a, **k):
     return f"({params}) -> {returns}"
 
 
+def _custom_op(name, fn=None, **k):
+    """torch.library.custom_op: the decorated function, with the registration decorators a custom op has
+    (`@op.register_fake`, vLLM >= 0.29 quantization/qutlass_utils.py at import)."""
+
+    def wrap(f):
+        for reg in ("register_fake", "register_autograd", "register_kernel", "register_torch_dispatch",
+                    "register_vmap"):
+            try:
+                setattr(f, reg, lambda *a, **k: (a[0] if a and callable(a[0]) else (lambda g: g)))
+            except (AttributeError, TypeError):
+                pass
+        return f
+
+    return wrap(fn) if callable(fn) else wrap
+
+
 class _NoDriver:
     """triton.runtime.driver: no active GPU driver, as on a machine without GPUs."""
 
@@ -203,19 +250,64 @@ class _NoDriver:
         raise RuntimeError("0 active drivers ([]). There should only be one.")
 
 
+class _FakeTensor:
+    """What the tensor factories (`torch.empty(...)`, `torch.nn.Parameter(...)`) return while runner.py builds
+    an attention layer: a fresh object per call that has only the attributes set on it, so that the layers'
+    `set_weight_attrs` (`assert not hasattr(weight, key)`) sees a new tensor, not a stub that answers every name."""
+
+    def __new__(cls, *a, **k):
+        return object.__new__(cls)
+
+    def __init__(self, *a, **k):
+        pass
+
+
+class _Parameter(_FakeTensor):
+    """`torch.nn.Parameter`: subclassed by the servers' parameter classes (`super().__new__(cls, data=...)`)."""
+
+
+class _DType:
+    """`torch.dtype`: the dtypes are its instances (module constants such as SGLang's
+    `assert isinstance(NIXL_EP_TOPK_INDICES_DTYPE, torch.dtype)` hold), distinct and compared by identity, with
+    their `itemsize` (SGLang 0.5.22 reads `torch.float32.itemsize` at import)."""
+
+    def __init__(self, name):
+        self.name = name
+        bits = "".join(c for c in name.split("_")[0] if c.isdigit())
+        self.itemsize = 1 if name == "bool" or name.startswith(("float8", "float4")) else int(bits) // 8
+        self.is_floating_point = name.startswith(("float", "bfloat"))
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+
+_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
+           "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
+           "complex64", "uint16", "uint32", "uint64")
+
+
+def _fake_tensor(*a, **k):
+    return _FakeTensor()
+
+
 # Values a server reads at import time and branches on.
 def _specials(version_map: dict[str, str]) -> dict[str, dict[str, object]]:
     tv = version_map.get("torch", "2.9.0")
     return {
         "torch": {
             "__version__": tv,
-            "float16": _make("torch.float16"),
-            "bfloat16": _make("torch.bfloat16"),
-            "float32": _make("torch.float32"),
+            "dtype": _DType,
+            **{n: _DType(n) for n in _DTYPES},
             "compile": lambda *a, **k: (a[0] if a and callable(a[0]) else (lambda f: f)),
             "is_grad_enabled": _false,
             "get_default_dtype": lambda: sys.modules["torch"].float32,
+            # Not `torch.tensor`: module-level code reads scalars back (`torch.tensor(beta).item()`, SGLang
+            # 0.5.22 layers/activation.py), which the permissive stub answers.
+            **{f: _fake_tensor for f in ("empty", "zeros", "ones", "full", "rand", "randn", "arange",
+                                         "empty_like", "zeros_like", "ones_like")},
         },
+        "torch.nn": {"Parameter": _Parameter},
+        "torch.nn.parameter": {"Parameter": _Parameter},
         "torch.version": {"__version__": tv, "cuda": None, "hip": None, "git_version": "stub", "xpu": None},
         "torch.cuda": {
             "is_available": _false,
@@ -228,7 +320,7 @@ def _specials(version_map: dict[str, str]) -> dict[str, dict[str, object]]:
         "torch.backends.mps": {"is_available": _false},
         "triton.runtime": {"driver": _NoDriver()},
         # vLLM's IR op registry splits the inferred schema string on " -> ".
-        "torch.library": {"infer_schema": _infer_schema},
+        "torch.library": {"infer_schema": _infer_schema, "custom_op": _custom_op},
         "torch.xpu": {"is_available": _false},
         "torch.npu": {"is_available": _false},
         "torch.distributed": {"is_initialized": _false, "is_available": _false},
@@ -242,6 +334,11 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, roots, versions):
         self.roots = set(roots)
         self.specials = _specials(versions)
+        # Every stubbed package answers its own `__version__` (transformers' `is_torchvision_greater_or_equal`
+        # reads the module's attribute; a stub without one reads as 'N/A' and packaging refuses to parse it).
+        for r in roots:
+            if r in versions:
+                self.specials.setdefault(r, {}).setdefault("__version__", versions[r])
         _SPECIAL_MODULES.update(k for k in self.specials if "." in k)
 
     def find_spec(self, fullname, path=None, target=None):

@@ -72,6 +72,15 @@ for r in rows:
         seen.setdefault((r["server"], m), []).append(f"{r['version']} {r['case']}")
 for (srv, m), where in seen.items():
     print(f"- [{srv}] ({len(where)} rows, e.g. {where[0]}): {m}")
+print("\n## attention-layer refusal sites (#attn#): every one must be a heads / KV-heads check\n")
+sites = collections.defaultdict(set)
+for r in rows:
+    m = r["result"].get("message", "") if "#attn#" in r["case"] and r["result"].get("accepted") is False else ""
+    if m:
+        site = m.split(": ", 1)
+        sites[(r["server"], site[0], site[1].split(" (")[0] if len(site) > 1 else "")].add(r["version"])
+for (srv, where, line), vs in sorted(sites.items()):
+    print(f"- [{srv}] {where}: `{line}` ({', '.join(sorted(vs, key=lambda v: [int(x) for x in v.split('.')]))})")
 print("\n## harness errors\n")
 for r in rows:
     if "harness_error" in r["result"]:

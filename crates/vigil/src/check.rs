@@ -56,7 +56,7 @@ pub mod evidence {
     /// A local model path (not a Hugging Face id) that does not exist: every server stops at load.
     pub const MISSING_LOCAL_PATH: &str = "a local path that does not exist: every server stops at load";
     /// `tests/golden/check-golden.jsonl` `#over#` rows: the server's ModelConfig raises on a length flag
-    /// above the derived length without the allow variable (SGLang 0.5.11-0.5.23, vLLM 0.29-0.33).
+    /// above the derived length without the allow variable (`Srv::golden_versions`).
     pub const GOLDEN_LENGTH: &str =
         "golden table: the server's own ModelConfig refuses this length (tests/golden, #over# rows)";
     /// Golden `#derive` rows: the config does not load (not an integer length, unknown model_type).
@@ -68,12 +68,17 @@ pub mod evidence {
     /// Golden `#tp#` rows: vLLM `ModelConfig.verify_with_parallel_config`.
     pub const GOLDEN_VLLM_TP: &str =
         "golden table: vLLM's verify_with_parallel_config refuses this TP (tests/golden, #tp# rows)";
+    /// Golden `#attn#` rows: the model's attention layer, built at this TP size, asserts on its heads.
+    pub const GOLDEN_ATTENTION: &str =
+        "golden table: the model's own attention layer refuses this TP when built (tests/golden, #attn# rows)";
 }
 
 #[derive(Default)]
 pub struct Report {
     pub server: Option<String>,
     pub version: Option<String>,
+    /// The transformers version beside the server (vLLM < 0.24 runs with 4.x or 5.x).
+    pub transformers: Option<String>,
     pub findings: Vec<Finding>,
     /// The context length the server will run with (the length flag, else the derived length).
     pub context: Option<u64>,
@@ -401,16 +406,38 @@ fn allow_var(inp: &Inputs, srv: Srv, version: Option<&str>, rep: &mut Report) ->
 }
 
 /// An error the golden table shows this server version refusing: confirmed with `by` when the installed
-/// version is known and inside the table's range, else an unconfirmed error (`ERROR?`, `up` launches).
+/// version is known and the table stands for it (`derive::golden_version`: the nearest table version at or
+/// below it), else an unconfirmed error (`ERROR?`, `up` launches).
 fn add_refusal(rep: &mut Report, srv: Srv, rule: &str, msg: String, fix: Option<String>, by: &'static str) {
-    if derive::in_golden_range(srv, rep.version.as_deref()) {
-        rep.add_confirmed(rule, msg, fix, by);
-    } else {
-        let why = match rep.version.as_deref() {
-            Some(v) => format!(" ({} {v} is outside the golden table's versions: not confirmed)", srv.name()),
-            None => format!(" ({} version unknown: not confirmed)", srv.name()),
-        };
-        rep.add(Severity::Error, rule, format!("{msg}{why}"), fix);
+    let ver = rep.version.as_deref();
+    let why = match (ver, derive::golden_version(srv, ver)) {
+        (None, _) => Err(format!(" ({} version unknown: not confirmed)", srv.name())),
+        (Some(v), None) => Err(format!(
+            " ({} {v} is outside the golden table's versions {}-{}: not confirmed)",
+            srv.name(),
+            srv.golden_versions()[0],
+            srv.golden_versions().last().copied().unwrap_or("?")
+        )),
+        // vLLM < 0.24 also runs with transformers 4.56+, whose config classes differ; the table was made with
+        // transformers 5 (the newest its pin allows).
+        (Some(v), Some(_))
+            if srv == Srv::Vllm
+                && derive::at_least(Some(v), &[0, 24, 0]) == Some(false)
+                && derive::at_least(rep.transformers.as_deref(), &[5, 0, 0]) != Some(true) =>
+        {
+            Err(format!(
+                " (vLLM {v} also runs with transformers 4.x, transformers {} here; the golden table was made with transformers 5: not confirmed)",
+                rep.transformers.as_deref().unwrap_or("unknown")
+            ))
+        }
+        (Some(v), Some(g)) if derive::version_tuple(v) != derive::version_tuple(g) => {
+            Ok(format!(" (the golden table's {} {g} rows: no rule change from {g} to {v})", srv.name()))
+        }
+        (Some(_), Some(_)) => Ok(String::new()),
+    };
+    match why {
+        Ok(note) => rep.add_confirmed(rule, format!("{msg}{note}"), fix, by),
+        Err(why) => rep.add(Severity::Error, rule, format!("{msg}{why}"), fix),
     }
 }
 
@@ -436,11 +463,12 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
         _ => None,
     };
     if let Some(pkg) = pkg {
+        let interp = inp.local_machine.then(|| interpreter(&program, &path_env)).flatten();
         let v = match &inp.version {
             Some(v) => Some(v.clone()),
-            None if inp.local_machine => interpreter(&program, &path_env).and_then(|i| package_version(&i, pkg)),
-            None => None,
+            None => interp.as_deref().and_then(|i| package_version(i, pkg)),
         };
+        rep.transformers = interp.as_deref().and_then(|i| package_version(i, "transformers"));
         match &v {
             Some(v) => {
                 rep.add(Severity::Info, "version", format!("{pkg} {v} (from its installed package metadata)"), None)
@@ -489,7 +517,7 @@ fn load_for(inp: &Inputs, l: &Launch, srv: Srv, dir: &Path, rule: &str, rep: &mu
         c.apply_overrides(srv, o);
     }
     let _ = inp;
-    match derive::load_refusal(srv, rep.version.as_deref(), c.obj(), l.trust_remote_code) {
+    match derive::load_refusal(srv, rep.version.as_deref(), rep.transformers.as_deref(), c.obj(), l.trust_remote_code) {
         Ok(None) => {}
         Ok(Some(note)) => rep.add(Severity::Warning, rule, format!("{}: {note}", c.path.display()), None),
         Err((m, None)) => {
@@ -550,34 +578,7 @@ fn check_hf(inp: &Inputs, l: &Launch, srv: Srv, rep: &mut Report) {
     let Some(target) = load_for(inp, l, srv, &d, "model", rep) else { return };
     let tctx = target.context(srv, ver);
     rep.add(Severity::Info, "context", format!("target context {} ({})", tctx.value, tctx.how), None);
-    // TP must divide heads. vLLM checks the attention heads in verify_with_parallel_config (golden
-    // `#tp#`); SGLang has no config-level check (its attention layers fail at load): not confirmed.
-    if let Some(h) = target.u64(srv, "num_attention_heads") {
-        if l.tp > 1 && !h.is_multiple_of(l.tp) {
-            let fix = Some(format!("use a tensor-parallel size that divides {h}"));
-            if sglang {
-                rep.add(
-                    Severity::Error,
-                    "tp-heads",
-                    format!("--tp {} does not divide num_attention_heads {h} ({}): SGLang has no config-level check and fails when the attention layers are built", l.tp, target.path.display()),
-                    fix,
-                );
-            } else {
-                add_refusal(
-                    rep,
-                    srv,
-                    "tp-heads",
-                    format!("Total number of attention heads ({h}) must be divisible by tensor parallel size ({}): vLLM's own check ({})", l.tp, target.path.display()),
-                    fix,
-                    evidence::GOLDEN_VLLM_TP,
-                );
-            }
-        } else if let Some(kv) = target.u64(srv, "num_key_value_heads").filter(|kv| *kv > 0) {
-            if l.tp > 1 && !kv.is_multiple_of(l.tp) && !l.tp.is_multiple_of(kv) {
-                rep.add(Severity::Warning, "tp-kv-heads", format!("--tp {} neither divides num_key_value_heads {kv} nor is a multiple of it (KV heads cannot be split or replicated evenly)", l.tp), Some(format!("use a tensor-parallel size that divides {kv} or is a multiple of it")));
-            }
-        }
-    }
+    check_tp_heads(l, srv, &target, rep);
     // Length flags.
     if let Some(bad) = &l.bad_len {
         if sglang {
@@ -696,6 +697,66 @@ fn check_hf(inp: &Inputs, l: &Launch, srv: Srv, rep: &mut Report) {
         check_vllm_spec(l, &algo, &target, &draft, effective, &dctx, rep);
     }
     check_draft_shape(srv, ver, &algo, &target, &draft, rep);
+}
+
+/// TP against the attention heads and KV heads. vLLM refuses `heads % tp != 0` before the model is built
+/// (`ModelConfig.verify_with_parallel_config`, vllm/config/model.py; golden `#tp#` rows), for any
+/// architecture. The attention layers of both servers then assert `heads % tp == 0` and, for the KV heads,
+/// `kv % tp == 0` when `kv >= tp`, else `tp % kv == 0` (replicated): vLLM
+/// vllm/model_executor/models/llama.py `LlamaAttention.__init__` (0.26.0 lines 142-152), SGLang
+/// sglang/srt/models/llama.py (0.5.20 lines 159-169), and alike in every attention class of the golden
+/// table's `#attn#` rows; those are confirmed for the architectures the rows cover (`derive::tp_rule_covered`).
+fn check_tp_heads(l: &Launch, srv: Srv, target: &Config, rep: &mut Report) {
+    let tp = l.tp;
+    let Some(h) = target.u64(srv, "num_attention_heads").filter(|_| tp > 1) else { return };
+    let kv = target.u64(srv, "num_key_value_heads");
+    let arch = derive::attention_arch(srv, target.obj());
+    let path = target.path.display();
+    let layer = format!("{}'s attention layer", srv.name());
+    // The first refusal the server meets: (rule, message, fix).
+    let found = if !h.is_multiple_of(tp) {
+        let said = match srv {
+            Srv::Vllm => format!("vLLM raises `Total number of attention heads ({h}) must be divisible by tensor parallel size ({tp})` before loading"),
+            Srv::Sglang => format!("{layer} asserts `total_num_heads % tp_size == 0` when it builds the model"),
+        };
+        Some((
+            "tp-heads",
+            format!("--tp {tp} does not divide num_attention_heads {h} ({path}): {said}"),
+            format!("use a tensor-parallel size that divides {h}"),
+        ))
+    } else {
+        match kv {
+            Some(0) => Some(("tp-kv-heads", format!("num_key_value_heads is 0 ({path}): {layer} divides by it (`tp_size % total_num_kv_heads`) when it builds the model"), "set num_key_value_heads in config.json".to_string())),
+            Some(kv) if kv >= tp && !kv.is_multiple_of(tp) => Some(("tp-kv-heads", format!("--tp {tp} does not divide num_key_value_heads {kv} ({path}): {layer} asserts `total_num_kv_heads % tp_size == 0` when it splits them, as it builds the model"), format!("use a tensor-parallel size that divides {kv} or is a multiple of it"))),
+            Some(kv) if kv < tp && !tp.is_multiple_of(kv) => Some(("tp-kv-heads", format!("--tp {tp} is not a multiple of num_key_value_heads {kv} ({path}): {layer} asserts `tp_size % total_num_kv_heads == 0` when it replicates them, as it builds the model"), format!("use a tensor-parallel size that divides {kv} or is a multiple of it"))),
+            // vLLM's GPT-OSS attention does not replicate KV heads: `num_local_key_value_heads =
+            // config.num_key_value_heads // tp_size` (vllm/model_executor/models/gpt_oss.py:138 in 0.26.0), 0 when
+            // kv < tp, and the Attention layer's `num_heads % num_kv_heads` then divides by zero
+            // (vllm/model_executor/layers/attention/attention.py:330 in 0.26.0).
+            Some(kv) if kv < tp && srv == Srv::Vllm && arch == "GptOssForCausalLM" => Some(("tp-kv-heads", format!("--tensor-parallel-size {tp} is above num_key_value_heads {kv} ({path}): vLLM's GPT-OSS attention gives each GPU {kv} // {tp} = 0 KV heads instead of replicating them, and its attention layer fails with ZeroDivisionError (`num_heads % num_kv_heads`) when it builds the model"), format!("use a tensor-parallel size of at most {kv}"))),
+            _ => None,
+        }
+    };
+    let Some((rule, msg, fix)) = found else { return };
+    // SGLang with DP attention: some attention classes split over `attn_tp_size` (tp / dp), others over tp.
+    if srv == Srv::Sglang && l.dp_attention && l.dp > 1 {
+        let msg = format!("{msg}; with --enable-dp-attention the attention layers of some models split over tp/dp ({}) instead: not checked", tp / l.dp);
+        return rep.add(Severity::Warning, rule, msg, Some(fix));
+    }
+    let by = if rule == "tp-heads" && srv == Srv::Vllm {
+        Some(evidence::GOLDEN_VLLM_TP)
+    } else {
+        derive::tp_rule_covered(srv, &arch).then_some(evidence::GOLDEN_ATTENTION)
+    };
+    match by {
+        Some(by) => add_refusal(rep, srv, rule, msg, Some(fix), by),
+        None => rep.add(
+            Severity::Error,
+            rule,
+            format!("{msg} (architecture {arch} is not among the golden table's attention layers: not confirmed)"),
+            Some(fix),
+        ),
+    }
 }
 
 /// vLLM's SpeculativeConfig: `max_model_len` in the speculative config may not exceed the draft's or the

@@ -948,3 +948,125 @@ fn m7_llama_server_draft_without_spec_type() {
     );
     assert!(findings(&v, "warning").is_empty(), "{v}");
 }
+
+// ---- Issue #23: the golden table covers vLLM 0.20-0.33 and SGLang 0.5.10-0.5.23; TP against heads. ----
+
+/// `venv` plus a transformers dist-info beside the server's.
+fn venv_with_transformers(root: &Path, pkg: &str, version: &str, transformers: &str) -> String {
+    let p = venv(root, pkg, version);
+    let site = root.join(format!("venv-{pkg}-{version}/lib/python3.11/site-packages"));
+    let di = site.join(format!("transformers-{transformers}.dist-info"));
+    std::fs::create_dir_all(&di).unwrap();
+    std::fs::write(
+        di.join("METADATA"),
+        format!("Metadata-Version: 2.1\nName: transformers\nVersion: {transformers}\n"),
+    )
+    .unwrap();
+    p
+}
+
+fn confirmed(v: &Value, rule: &str) -> bool {
+    rule_errors(v, rule).iter().any(|f| f["confirmed"].is_string())
+}
+
+/// Issue #23 step 5: on vLLM 0.26.0 `--max-model-len 100000` on an 8192-context model was "ERROR? (outside
+/// the golden table)", `up` launched and the server crashed. Every version of the covered range is confirmed
+/// (a release between two table versions by the lower one); a newer or older one is not.
+#[test]
+fn issue23_over_long_context_confirmed_on_every_covered_version() {
+    let d = TempDir::new("i23len");
+    let m = model_dir(&d.0, "tiny", &public("tiny-llama-gqa.json"));
+    for (ver, want) in
+        [("0.26.0", true), ("0.25.1", true), ("0.33.0", true), ("0.24.0", true), ("0.33.1", false), ("0.19.1", false)]
+    {
+        let (code, v) = check(&vl(&venv(&d.0, "vllm", ver), &m, &["--max-model-len", "100000"]), &[]);
+        assert_eq!((code, confirmed(&v, "max-model-len")), (10, want), "vLLM {ver}: {v}");
+        assert_eq!(v["blocking"].as_u64(), Some(want as u64), "vLLM {ver}: {v}");
+    }
+    let (_, v) = check(&vl(&venv(&d.0, "vllm", "0.25.1"), &m, &["--max-model-len", "100000"]), &[]);
+    let msg = rule_errors(&v, "max-model-len")[0]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("vLLM 0.24.0 rows"), "{msg}");
+    // vLLM 0.20-0.23 also run with transformers 4.x: confirmed only with transformers 5 beside the server.
+    let (_, v) = check(&vl(&venv(&d.0, "vllm", "0.21.0"), &m, &["--max-model-len", "100000"]), &[]);
+    assert!(!confirmed(&v, "max-model-len"), "{v}");
+    let (_, v) =
+        check(&vl(&venv_with_transformers(&d.0, "vllm", "0.23.0", "5.6.0"), &m, &["--max-model-len", "100000"]), &[]);
+    assert!(confirmed(&v, "max-model-len"), "{v}");
+    for (ver, want) in [("0.5.17", true), ("0.5.18", true), ("0.5.10", true), ("0.5.9", false)] {
+        let (code, v) = check(&sg(&venv(&d.0, "sglang", ver), &m, &["--context-length", "100000"]), &[]);
+        assert_eq!((code, confirmed(&v, "context-length")), (10, want), "SGLang {ver}: {v}");
+    }
+    // The issue's run: `vigil up` on vLLM 0.26.0 now refuses instead of launching a server that crashes.
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", d.0.join("state")).args(["up", "--name", "i23", "--no-probe", "--"]).args(vl(
+        &venv(&d.0, "vllm", "0.26.0"),
+        &m,
+        &["--max-model-len", "100000"],
+    ));
+    let o = run_bounded(c, T);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(10), "{err}");
+    assert!(err.contains("not launching"), "{err}");
+}
+
+/// Issue #23 step 2: the attention layers of both servers refuse a TP that does not divide the heads, or
+/// that neither divides the KV heads nor is a multiple of them (replication); `check` says so exactly there.
+/// The tiny GPU-machine model (4 heads, 2 KV heads): TP 3 refused, TP 2 and TP 4 (KV heads replicated) run.
+#[test]
+fn issue23_tp_against_attention_and_kv_heads() {
+    let d = TempDir::new("i23tp");
+    let tiny = model_dir(&d.0, "tiny", &public("tiny-llama-gqa.json"));
+    let minimax = model_dir(&d.0, "minimax", &golden_cfg("minimax-m2"));
+    let (vllm, sglang) = (venv(&d.0, "vllm", "0.26.0"), venv(&d.0, "sglang", "0.5.17"));
+    let tp_errors = |v: &Value| [rule_errors(v, "tp-heads"), rule_errors(v, "tp-kv-heads")].concat();
+    for (name, args) in
+        [("vllm", vl(&vllm, &tiny, &["--tensor-parallel-size", "3"])), ("sglang", sg(&sglang, &tiny, &["--tp", "3"]))]
+    {
+        let (code, v) = check(&args, &[]);
+        assert_eq!((code, confirmed(&v, "tp-heads")), (10, true), "{name} TP 3: {v}");
+    }
+    for tp in ["2", "4"] {
+        for (name, args) in
+            [("vllm", vl(&vllm, &tiny, &["--tensor-parallel-size", tp])), ("sglang", sg(&sglang, &tiny, &["--tp", tp]))]
+        {
+            let (_, v) = check(&args, &[]);
+            assert!(tp_errors(&v).is_empty(), "{name} TP {tp} runs: {v}");
+            assert!(!findings(&v, "warning").iter().any(|f| f["rule"] == "tp-kv-heads"), "{name} TP {tp}: {v}");
+        }
+    }
+    // MiniMax-M2: 48 heads divide by 3 and 6 (vLLM's config-level check passes), its 8 KV heads do not.
+    for tp in ["3", "6"] {
+        for (name, args) in [
+            ("vllm", vl(&vllm, &minimax, &["--tensor-parallel-size", tp])),
+            ("sglang", sg(&sglang, &minimax, &["--tp", tp])),
+        ] {
+            let (code, v) = check(&args, &[]);
+            assert_eq!((code, confirmed(&v, "tp-kv-heads")), (10, true), "{name} TP {tp}: {v}");
+            assert!(rule_errors(&v, "tp-heads").is_empty(), "{name} TP {tp}: {v}");
+        }
+    }
+    // GPT-OSS-120B (64 heads, 8 KV heads) at TP 16: SGLang replicates the KV heads; vLLM's GPT-OSS attention
+    // gives each GPU 8 // 16 = 0 of them and its attention layer divides by zero.
+    let oss = model_dir(&d.0, "oss", &golden_cfg("gpt-oss-120b"));
+    let (code, v) = check(&vl(&vllm, &oss, &["--tensor-parallel-size", "16"]), &[]);
+    assert_eq!((code, confirmed(&v, "tp-kv-heads")), (10, true), "{v}");
+    let (_, v) = check(&sg(&sglang, &oss, &["--tp", "16"]), &[]);
+    assert!(tp_errors(&v).is_empty(), "{v}");
+    // num_key_value_heads 0: both servers' attention layers divide by it.
+    let zero = model_dir(&d.0, "zero", &golden_cfg("x-zero-kv"));
+    for (name, args) in
+        [("vllm", vl(&vllm, &zero, &["--tensor-parallel-size", "2"])), ("sglang", sg(&sglang, &zero, &["--tp", "2"]))]
+    {
+        let (code, v) = check(&args, &[]);
+        assert_eq!((code, confirmed(&v, "tp-kv-heads")), (10, true), "{name}: {v}");
+    }
+    // An architecture the table does not build: still an error, not confirmed (vLLM's config-level heads
+    // check is confirmed for any architecture).
+    let mut other = public("tiny-llama-gqa.json");
+    other["architectures"] = serde_json::json!(["FooForCausalLM"]);
+    let other = model_dir(&d.0, "other", &other);
+    let (code, v) = check(&sg(&sglang, &other, &["--tp", "3"]), &[]);
+    assert_eq!((code, v["blocking"].as_u64(), confirmed(&v, "tp-heads")), (10, Some(0), false), "{v}");
+    let (code, v) = check(&vl(&vllm, &other, &["--tensor-parallel-size", "3"]), &[]);
+    assert_eq!((code, confirmed(&v, "tp-heads")), (10, true), "{v}");
+}

@@ -18,14 +18,65 @@ impl Srv {
             Srv::Vllm => "vLLM",
         }
     }
-    /// The versions the golden table (`tests/golden/check-golden.jsonl`) was made with: an error is
-    /// confirmed only for a known version inside this range.
-    pub fn golden_range(self) -> (&'static [u64], &'static [u64]) {
+    /// The server versions of the golden table (`tests/golden/check-golden.jsonl`; `VERSIONS` in
+    /// `scripts/golden/refresh.py`), oldest first. Every release of the covered range in which a rule that
+    /// `check` models changed is one of them (tests/golden/README.md, "Versions"), so a release between two
+    /// table versions behaves as the lower one.
+    pub fn golden_versions(self) -> &'static [&'static str] {
         match self {
-            Srv::Sglang => (&[0, 5, 11], &[0, 5, 23]),
-            Srv::Vllm => (&[0, 29, 0], &[0, 33, 0]),
+            Srv::Sglang => &["0.5.10", "0.5.11", "0.5.12", "0.5.14", "0.5.17", "0.5.20", "0.5.22", "0.5.23"],
+            Srv::Vllm => &["0.20.0", "0.21.0", "0.23.0", "0.24.0", "0.26.0", "0.29.0", "0.30.0", "0.32.0", "0.33.0"],
         }
     }
+}
+
+/// The golden-table version whose rows stand for the installed `v`: the newest table version at or below
+/// it, for a `v` from the oldest table version up to the newest (its post releases included: `0.5.23.post1`
+/// reads as 0.5.23). `None`: unknown, older, or newer than the table (a newer release was never diffed).
+pub fn golden_version(srv: Srv, v: Option<&str>) -> Option<&'static str> {
+    let t = version_tuple(v?);
+    let table = srv.golden_versions();
+    if t.as_slice() > version_tuple(table.last()?).as_slice() {
+        return None;
+    }
+    table.iter().rev().find(|g| version_tuple(g).as_slice() <= t.as_slice()).copied()
+}
+
+/// The architectures whose attention layer the golden table builds at each TP size (`#attn#` rows;
+/// `ATTN_CLASSES` in scripts/golden/runner.py): their heads / KV-heads refusals are confirmed.
+pub const ATTN_ARCHS: &[&str] = &[
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Phi3ForCausalLM",
+    "LlamaForCausalLMEagle3",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "MixtralForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+    "CohereForCausalLM",
+    "Glm4MoeForCausalLM",
+    "MiniMaxM2ForCausalLM",
+    "GptOssForCausalLM",
+    "DeepseekV3ForCausalLM",
+];
+
+/// The architecture whose attention layer a server builds: the text config's own `architectures` (InternVL's
+/// `llm_config`: Qwen2ForCausalLM), else the config's.
+pub fn attention_arch(srv: Srv, j: &Map<String, Value>) -> String {
+    let first = |o: &Map<String, Value>| {
+        o.get("architectures").and_then(|a| a.get(0)).and_then(|a| a.as_str()).map(String::from)
+    };
+    first(text_config(srv, j).obj).or_else(|| first(j)).unwrap_or_else(|| "?".into())
+}
+
+/// Whether the golden table's `#attn#` rows cover `arch` for `srv` in every table version. vLLM's DeepSeek MLA
+/// attention imports a CUDA-only prefill backend from 0.26 on (`compile_flash_attn_varlen_func_from_specs`,
+/// vllm/v1/attention/backends/fa_utils.py), so the table cannot build it; its heads check is
+/// `verify_with_parallel_config`'s, confirmed for every architecture.
+pub fn tp_rule_covered(srv: Srv, arch: &str) -> bool {
+    ATTN_ARCHS.contains(&arch) && !(srv == Srv::Vllm && arch == "DeepseekV3ForCausalLM")
 }
 
 /// `0.5.23rc1` → [0, 5, 23]; `0.4.10.post2` → [0, 4, 10].
@@ -39,15 +90,6 @@ pub fn version_tuple(v: &str) -> Vec<u64> {
 /// `Some(version >= min)`, `None` when the version is unknown.
 pub fn at_least(v: Option<&str>, min: &[u64]) -> Option<bool> {
     v.map(|v| version_tuple(v).as_slice() >= min)
-}
-
-/// Whether a known version lies inside the golden table's range for the server.
-pub fn in_golden_range(srv: Srv, v: Option<&str>) -> bool {
-    let (lo, hi) = srv.golden_range();
-    v.is_some_and(|v| {
-        let t = version_tuple(v);
-        t.as_slice() >= lo && t.as_slice() <= hi
-    })
 }
 
 /// A boolean environment variable as each server reads it. vLLM (`vllm/envs.py`):
@@ -334,7 +376,13 @@ impl<'a> Text<'a> {
     /// A length key as a number, with the class default for `max_position_embeddings` (and its alias).
     pub fn len(&self, k: &str) -> Option<(u64, bool)> {
         if let Some(v) = self.get(k) {
-            return v.as_u64().map(|n| (n, false));
+            // A float or a numeric string loads where transformers does not validate the field (< 5.4, see
+            // `load_refusal`); the servers then read the number (SGLang 0.5.10: 32768.0 and "32768" → 32768).
+            let n = v
+                .as_u64()
+                .or_else(|| v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64))
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()));
+            return n.map(|n| (n, false));
         }
         let alias = aliases(&self.model_type).iter().find(|(s, _)| *s == "max_position_embeddings").map(|(_, a)| *a);
         if k == "max_position_embeddings" || alias == Some(k) {
@@ -546,18 +594,33 @@ pub fn vllm_context(j: &Map<String, Value>, path: &str, version: Option<&str>) -
     Ctx { value, limit, how }
 }
 
-/// Why a server refuses to load this config at all (the config classes of transformers 5, which every
-/// golden-table version pins): a length that is not an integer (strict dataclass validation), a model
-/// type transformers and the server do not know (without remote code), and SGLang <= 0.5.11 with
-/// `kimi_k2`. `Ok(None)`: loads; `Ok(Some(note))`: loads, with a note (remote code not modelled);
-/// `Err((message, depends))`: refused; `depends` names what the answer depends on when versions differ.
+/// Whether transformers validates config fields (`@strict` dataclasses, a float or a string where an int
+/// belongs stops the load): from 5.4.0 (5.3.0 has no `@strict`, 5.4.0 decorates e.g. `Qwen2Config`). The installed
+/// transformers when known, else what the server pins: SGLang 0.5.10 `==5.3.0`, 0.5.11 and newer `>=5.6.0`;
+/// vLLM 0.24 and newer `>=5.5.3` (older vLLM also allows 4.x: assumed strict, and add_refusal leaves it
+/// unconfirmed).
+pub fn transformers_strict(srv: Srv, version: Option<&str>, transformers: Option<&str>) -> bool {
+    match (transformers, srv) {
+        (Some(t), _) => at_least(Some(t), &[5, 4, 0]) == Some(true),
+        (None, Srv::Sglang) => at_least(version, &[0, 5, 11]) != Some(false),
+        (None, Srv::Vllm) => true,
+    }
+}
+
+/// Why a server refuses to load this config at all: a length that is not an integer (transformers' strict
+/// dataclass validation, `transformers_strict`), a model type transformers and the server do not know (without
+/// remote code), and SGLang <= 0.5.11 with `kimi_k2`. `Ok(None)`: loads; `Ok(Some(note))`: loads, with a note
+/// (remote code not modelled); `Err((message, depends))`: refused; `depends` names what the answer depends on
+/// when versions differ.
 pub fn load_refusal(
     srv: Srv,
     version: Option<&str>,
+    transformers: Option<&str>,
     j: &Map<String, Value>,
     trust_remote_code: bool,
 ) -> Result<Option<String>, (String, Option<String>)> {
     let t = text_config(srv, j);
+    let strict = transformers_strict(srv, version, transformers);
     for k in ["max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length"] {
         if let Some(v) = t.obj.get(k) {
             if !v.is_null() && !v.is_u64() && !v.is_i64() {
@@ -568,14 +631,17 @@ pub fn load_refusal(
                 } else {
                     "not an integer"
                 };
+                if !strict {
+                    return Ok(Some(format!("{}{k} is {kind} ({v}): transformers < 5.4 ({}) loads it as the number; 5.4 and newer stop with `Field '{k}' expected int`", t.prefix(), transformers.map_or_else(|| format!("pinned by {} {}", srv.name(), version.unwrap_or("?")), |t| format!("{t} installed")))));
+                }
                 return Err((
                     format!(
-                        "{}{k} is {kind} ({v}): transformers 5 (pinned by {} {}) stops with `Field '{k}' expected int`",
+                        "{}{k} is {kind} ({v}): transformers >= 5.4 ({}) stops with `Field '{k}' expected int`",
                         t.prefix(),
-                        srv.name(),
-                        match srv {
-                            Srv::Sglang => ">= 0.5.11",
-                            Srv::Vllm => ">= 0.29",
+                        match (transformers, srv) {
+                            (Some(t), _) => format!("{t} installed"),
+                            (None, Srv::Sglang) => "pinned by SGLang >= 0.5.11".to_string(),
+                            (None, Srv::Vllm) => "required by vLLM >= 0.24; 0.20-0.23 also allow 4.x".to_string(),
                         }
                     ),
                     None,
@@ -611,14 +677,16 @@ pub fn load_refusal(
             srv.name()
         )
     };
+    // SGLang 0.5.12 registers kimi_k2 itself (`_CONFIG_REGISTRY["kimi_k2"] = _KimiK2ConfigAlias`,
+    // sglang/srt/utils/hf_transformers/common.py:133); 0.5.11 and older have no config class for it.
     if kimi_old {
-        return match version.map(version_tuple) {
-            Some(v) if v.as_slice() <= [0, 5, 11].as_slice() => {
+        return match at_least(version, &[0, 5, 12]) {
+            Some(false) => {
                 Err((format!("{why} (SGLang {} has no kimi_k2 config class)", version.unwrap_or("?")), None))
             }
-            Some(v) if v.as_slice() >= [0, 5, 23].as_slice() => Ok(None),
-            _ => Err((
-                format!("{why} in SGLang <= 0.5.11; SGLang 0.5.23 registers kimi_k2 itself"),
+            Some(true) => Ok(None),
+            None => Err((
+                format!("{why} in SGLang <= 0.5.11; SGLang >= 0.5.12 registers kimi_k2 itself"),
                 Some(format!(
                     "the installed SGLang version ({}): pass --trust-remote-code to be safe",
                     version.unwrap_or("unknown")

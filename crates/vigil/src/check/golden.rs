@@ -53,8 +53,15 @@ fn golden_table() {
     let (mut compared, mut skipped, mut excluded) = (0, 0, 0);
     let mut confirmed_refusals = 0;
     let mut bad: Vec<String> = Vec::new();
-    for line in text.lines() {
-        let r: Value = serde_json::from_str(line).unwrap();
+    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // vLLM refuses a TP that does not divide the heads before it builds the model: an `#attn#` row stands
+    // for a launch only together with the `#tp#` row of the same config, version and size.
+    let tp_refused: std::collections::BTreeSet<(String, String)> = rows
+        .iter()
+        .filter(|r| r["case"].as_str().unwrap().contains("#tp#") && r["result"]["accepted"] == false)
+        .map(|r| (r["version"].as_str().unwrap().to_string(), r["case"].as_str().unwrap().replace("#tp#", "#attn#")))
+        .collect();
+    for r in &rows {
         if r["result"].get("harness_error").is_some() {
             skipped += 1;
             continue;
@@ -92,7 +99,10 @@ fn golden_table() {
                 models[d].display().to_string(),
             ]);
         }
-        let accepted = res.get("accepted").and_then(|a| a.as_bool()).unwrap_or(res.get("context_len").is_some());
+        let mut accepted = res.get("accepted").and_then(|a| a.as_bool()).unwrap_or(res.get("context_len").is_some());
+        if kind == "attn" && tp_refused.contains(&(version.to_string(), case.to_string())) {
+            accepted = false;
+        }
         let want = |k: &str| res.get(k).and_then(|v| v.as_i64());
         compared += 1;
         let tag = format!("{server} {version} {case} {:?} env {:?}", flags, inputs["env"]);
@@ -125,6 +135,7 @@ fn golden_table() {
         // The rules each kind of row speaks to (the table covers config-level checks only).
         let rules: &[&str] = match kind {
             "tp" => &["tp-heads", "model"],
+            "attn" => &["tp-heads", "tp-kv-heads", "model"],
             "draft" => &["draft-context", "context-length", "model", "draft-model"],
             _ => &["model", "context-length", "max-model-len"],
         };
@@ -168,4 +179,79 @@ fn golden_table() {
     );
     assert!(bad.is_empty(), "{} of {compared} rows disagree:\n{}", bad.len(), bad.join("\n"));
     assert!(compared > 1900, "only {compared} rows compared");
+}
+
+/// The versions `check` confirms with (`Srv::golden_versions`) are exactly the table's, and those of
+/// `VERSIONS` in scripts/golden/refresh.py: a version added to one and not the others fails here.
+#[test]
+fn golden_versions_match_the_table() {
+    let text = std::fs::read_to_string(manifest().join("tests/golden/check-golden.jsonl")).unwrap();
+    let mut in_table: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        in_table.insert((r["server"].as_str().unwrap().into(), r["version"].as_str().unwrap().into()));
+    }
+    let refresh = std::fs::read_to_string(manifest().join("../../scripts/golden/refresh.py")).unwrap();
+    let listed: std::collections::BTreeSet<(String, String)> = refresh
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("(\"")?.split_once("\", \""))
+        .filter_map(|(s, rest)| Some((s.to_string(), rest.split_once('"')?.0.to_string())))
+        .filter(|(s, _)| s == "sglang" || s == "vllm")
+        .collect();
+    let vigil: std::collections::BTreeSet<(String, String)> = [(Srv::Sglang, "sglang"), (Srv::Vllm, "vllm")]
+        .iter()
+        .flat_map(|(srv, name)| srv.golden_versions().iter().map(move |v| (name.to_string(), v.to_string())))
+        .collect();
+    assert_eq!(in_table, vigil, "the table's versions vs Srv::golden_versions");
+    assert_eq!(listed, vigil, "refresh.py VERSIONS vs Srv::golden_versions");
+}
+
+/// Issue #23: a version between two table versions is confirmed by the lower one; outside the table it is not.
+#[test]
+fn golden_version_maps_to_the_nearest_lower_table_version() {
+    use derive::golden_version as g;
+    assert_eq!(g(Srv::Vllm, Some("0.26.0")), Some("0.26.0"));
+    assert_eq!(g(Srv::Vllm, Some("0.25.1")), Some("0.24.0"));
+    assert_eq!(g(Srv::Vllm, Some("0.28.0")), Some("0.26.0"));
+    assert_eq!(g(Srv::Vllm, Some("0.19.1")), None);
+    assert_eq!(g(Srv::Vllm, Some("0.33.1")), None, "newer than the table: never diffed");
+    assert_eq!(g(Srv::Vllm, None), None);
+    assert_eq!(g(Srv::Sglang, Some("0.5.17")), Some("0.5.17"));
+    assert_eq!(g(Srv::Sglang, Some("0.5.19")), Some("0.5.17"));
+    assert_eq!(g(Srv::Sglang, Some("0.5.10.post1")), Some("0.5.10"));
+    assert_eq!(g(Srv::Sglang, Some("0.5.23.post1")), Some("0.5.23"));
+    assert_eq!(g(Srv::Sglang, Some("0.5.9")), None);
+}
+
+/// Every architecture whose heads / KV-heads refusals `check` confirms (`derive::tp_rule_covered`) has
+/// attention-layer rows (`#attn#`, not harness errors) in every table version of both servers.
+#[test]
+fn golden_attention_rows_cover_the_confirmed_architectures() {
+    let text = std::fs::read_to_string(manifest().join("tests/golden/check-golden.jsonl")).unwrap();
+    let root = std::env::temp_dir().join(format!("vigil-golden-arch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let models = lay_out(&root);
+    let mut built: BTreeMap<(String, String), std::collections::BTreeSet<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let case = r["case"].as_str().unwrap();
+        if !case.contains("#attn#") || r["result"].get("harness_error").is_some() {
+            continue;
+        }
+        let srv = if r["server"] == "vllm" { Srv::Vllm } else { Srv::Sglang };
+        let c = load_config(&models[r["inputs"]["config"].as_str().unwrap()]).unwrap();
+        built
+            .entry((r["server"].as_str().unwrap().into(), r["version"].as_str().unwrap().into()))
+            .or_default()
+            .insert(derive::attention_arch(srv, c.obj()));
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    for (srv, name) in [(Srv::Sglang, "sglang"), (Srv::Vllm, "vllm")] {
+        for v in srv.golden_versions() {
+            let got = built.get(&(name.to_string(), v.to_string())).cloned().unwrap_or_default();
+            let missing: Vec<&&str> =
+                derive::ATTN_ARCHS.iter().filter(|a| derive::tp_rule_covered(srv, a) && !got.contains(**a)).collect();
+            assert!(missing.is_empty(), "{name} {v}: no #attn# rows for {missing:?}");
+        }
+    }
 }

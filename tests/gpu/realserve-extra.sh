@@ -172,6 +172,31 @@ sc_B() {
   wait; note "B: wave 2 done"
 }
 
+# f_proof URL DIR N: the speculation proof's raw material from a ready f (N completions with /metrics just before
+# and after each; SGLang's /generate meta_info and server info; the log's speculation lines), then `vigil down f`
+# from this shell while the foreground `vigil up f` waits.
+f_proof() {
+  local FU=$1 f=$2 n=$3 i
+  for i in $(seq 1 "$n"); do
+    metrics "$FU" "$f/metrics-$i-before.txt"
+    curl -s -m 60 "$FU/v1/completions" -H 'content-type: application/json' \
+      -d "{\"model\":\"$M/target\",\"prompt\":\"Hello, my name is\",\"max_tokens\":32,\"temperature\":0}" \
+      -w '\nHTTP %{http_code}\n' > "$f/completion-$i.txt" 2>&1
+    metrics "$FU" "$f/metrics-$i-after.txt"
+  done
+  if [ "$RS_STACK" = sglang ]; then
+    curl -s -m 60 "$FU/generate" -H 'content-type: application/json' \
+      -d '{"text":"Hello, my name is","sampling_params":{"max_new_tokens":32,"temperature":0}}' > "$f/generate.json" 2>&1
+    curl -s -m 10 "$FU/get_server_info" > "$f/get_server_info.json" 2>&1
+    curl -s -m 10 "$FU/server_info" > "$f/server_info.json" 2>&1
+  fi
+  sleep 11   # vLLM logs "SpecDecoding metrics" with its 10 s stats
+  grep -aE "$SPEC_LOG_RE" "$VIGIL_STATE_DIR/runs/f/server.log" | tail -5 > "$f/spec-lines.txt"
+  cp -a "$VIGIL_STATE_DIR/runs/f" "$f/run-before-down" 2>/dev/null
+  timeout -k 10 120 "$VIGIL" down f > "$f/down-other-shell.txt" 2>&1; echo $? > "$f/down-other-shell.rc"
+  note "f: vigil down from another shell exit $(cat "$f/down-other-shell.rc")"
+}
+
 # --- EF: engine death under watch, and speculation with a foreground up stopped from another shell
 NEED[EF]=170
 sc_EF() {
@@ -209,26 +234,7 @@ sc_EF() {
   record e "watch: unhealthy (6), engine_dead" "$e/watch.jsonl" "$e/watch.rc"
   # f: the proof's raw material, then vigil down from another shell
   local FU=http://127.0.0.1:$fport
-  if ready f; then
-    for i in 1 2 3 4; do
-      metrics "$FU" "$f/metrics-$i-before.txt"
-      curl -s -m 60 "$FU/v1/completions" -H 'content-type: application/json' \
-        -d "{\"model\":\"$M/target\",\"prompt\":\"Hello, my name is\",\"max_tokens\":32,\"temperature\":0}" \
-        -w '\nHTTP %{http_code}\n' > "$f/completion-$i.txt" 2>&1
-      metrics "$FU" "$f/metrics-$i-after.txt"
-    done
-    if [ "$RS_STACK" = sglang ]; then
-      curl -s -m 60 "$FU/generate" -H 'content-type: application/json' \
-        -d '{"text":"Hello, my name is","sampling_params":{"max_new_tokens":32,"temperature":0}}' > "$f/generate.json" 2>&1
-      curl -s -m 10 "$FU/get_server_info" > "$f/get_server_info.json" 2>&1
-      curl -s -m 10 "$FU/server_info" > "$f/server_info.json" 2>&1
-    fi
-    sleep 11
-    grep -aE "$SPEC_LOG_RE" "$VIGIL_STATE_DIR/runs/f/server.log" | tail -5 > "$f/spec-lines.txt"
-    cp -a "$VIGIL_STATE_DIR/runs/f" "$f/run-before-down" 2>/dev/null
-    timeout -k 10 120 "$VIGIL" down f > "$f/down-other-shell.txt" 2>&1; echo $? > "$f/down-other-shell.rc"
-    note "f: vigil down from another shell exit $(cat "$f/down-other-shell.rc")"
-  fi
+  ready f && f_proof "$FU" "$f" 4
   wait $fbg
   snap f; down f
   record f "ready/degraded (spec), then down from another shell: foreground up exit 0"
@@ -237,8 +243,6 @@ sc_EF() {
 # --- F: f alone, with the stack's default memory share (EF's half-and-half left SGLang's EAGLE-3 no KV cache)
 NEED[F]=120
 sc_F() {
-  HALFMEM=""; MEMFLAG=""
-  local e_was; e_was=$(declare -f sc_EF)
   # the f half of EF: foreground up, proof material, vigil down from another shell
   local f=$OD/f; mkdir -p "$f"
   local fport=$((PORT + 21000))
@@ -248,21 +252,7 @@ sc_F() {
   local fbg=$! i
   for i in $(seq 1 1800); do { ready f || ! kill -0 $fbg 2>/dev/null; } && break; sleep 0.1; done
   local FU=http://127.0.0.1:$fport
-  if ready f; then
-    for i in 1 2; do
-      metrics "$FU" "$f/metrics-$i-before.txt"
-      curl -s -m 60 "$FU/v1/completions" -H 'content-type: application/json' \
-        -d "{\"model\":\"$M/target\",\"prompt\":\"Hello, my name is\",\"max_tokens\":32,\"temperature\":0}" \
-        -w '\nHTTP %{http_code}\n' > "$f/completion-$i.txt" 2>&1
-      metrics "$FU" "$f/metrics-$i-after.txt"
-    done
-    curl -s -m 60 "$FU/generate" -H 'content-type: application/json' \
-      -d '{"text":"Hello, my name is","sampling_params":{"max_new_tokens":32,"temperature":0}}' > "$f/generate.json" 2>&1
-    curl -s -m 10 "$FU/server_info" > "$f/server_info.json" 2>&1
-    cp -a "$VIGIL_STATE_DIR/runs/f" "$f/run-before-down" 2>/dev/null
-    timeout -k 10 60 "$VIGIL" down f > "$f/down-other-shell.txt" 2>&1; echo $? > "$f/down-other-shell.rc"
-    note "f: vigil down from another shell exit $(cat "$f/down-other-shell.rc")"
-  fi
+  ready f && f_proof "$FU" "$f" 2
   wait $fbg
   snap f; down f
   record f "ready/degraded (spec), then down from another shell: foreground up exit 0"

@@ -203,14 +203,7 @@ fn e2e_stalled_standin_evidence_names_the_function_of_every_process() {
     let env = [("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000".to_string()), ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix)];
     let server = start_standin_env(&py, &d, port, false, &log, &env);
     let engine = read_pid(&d.path("engine.pid"));
-    let mut c = vigil();
-    c.env("VIGIL_PY_SPY", &spy).env("VIGIL_STATE_DIR", d.path("state"));
-    c.arg("--profiles").arg(profile_dir(&d));
-    c.args(["wait", "--json", "--server", "standin", "--stall", "2s", "--pid", &server.pid().to_string()]);
-    c.arg("--log").arg(&log);
-    let (mut child, lines) = spawn_json(c);
-    let all: Vec<serde_json::Value> = lines.collect();
-    let status = wait_bounded(&mut child, T);
+    let (status, all) = wait_for_stall(&d, &spy, server.pid(), &log);
     let r = verdict(&all);
     assert_eq!(status.code(), Some(4), "{r}");
     assert_eq!(r["verdict"], "stalled", "{r}");
@@ -236,6 +229,23 @@ fn e2e_stalled_standin_evidence_names_the_function_of_every_process() {
     assert_eq!(std::fs::read(dir.join("nccl-nccl_trace_rank_0")).unwrap(), b"flight recorder entries of rank 0");
 }
 
+/// `vigil wait` on the stand-in server with a 2 s stall limit and py-spy: its exit status and every JSON line.
+fn wait_for_stall(
+    d: &TempDir,
+    spy: &Path,
+    server: i32,
+    log: &Path,
+) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
+    let mut c = vigil();
+    c.env("VIGIL_PY_SPY", spy).env("VIGIL_STATE_DIR", d.path("state"));
+    c.arg("--profiles").arg(profile_dir(d));
+    c.args(["wait", "--json", "--server", "standin", "--stall", "2s", "--pid", &server.to_string()]);
+    c.arg("--log").arg(log);
+    let (mut child, lines) = spawn_json(c);
+    let all: Vec<serde_json::Value> = lines.collect();
+    (wait_bounded(&mut child, T), all)
+}
+
 /// The seed's zombie: the engine SIGSTOPped (state T, as a process stopped by a debugger or a job-control
 /// signal). py-spy cannot pause a stopped process to read it (`dump` fails, seen on the H200 with a stopped
 /// VLLM::EngineCore); vigil reads it without pausing (`--nonblocking`), so its function is still named.
@@ -250,14 +260,7 @@ fn e2e_stopped_engine_evidence_still_names_its_function() {
     // stopped inside its wedged function, not while it still imports
     assert!(wait_for_text(&log, "engine: init_process_group", T), "the stand-in engine never reached its function");
     signal(engine, libc::SIGSTOP);
-    let mut c = vigil();
-    c.env("VIGIL_PY_SPY", &spy).env("VIGIL_STATE_DIR", d.path("state"));
-    c.arg("--profiles").arg(profile_dir(&d));
-    c.args(["wait", "--json", "--server", "standin", "--stall", "2s", "--pid", &server.pid().to_string()]);
-    c.arg("--log").arg(&log);
-    let (mut child, lines) = spawn_json(c);
-    let all: Vec<serde_json::Value> = lines.collect();
-    let status = wait_bounded(&mut child, T);
+    let (status, all) = wait_for_stall(&d, &spy, server.pid(), &log);
     signal(engine, libc::SIGCONT);
     assert_eq!(status.code(), Some(4), "{}", verdict(&all));
     let ev = all.iter().find(|v| v["event"] == "evidence").expect("evidence event");

@@ -900,23 +900,17 @@ impl Judge {
 
     fn on_exit(&mut self, x: ExitInfo, ev: &mut Vec<Event>) {
         self.exit = Some(x.clone());
+        // judged before the open block is taken: a clean status after a fatal block is no orderly stop
+        // (vLLM's API server exits 0 after EngineDeadError: captured vllm-0.26.0-e)
+        let orderly = self.exit_is_orderly(&x, false);
         let block = self.block.take();
-        match self.state {
-            Verdict::Starting => {
-                let b = block.unwrap_or_default();
-                self.crash_with_exit(b, x, ev);
-            }
-            Verdict::Ready | Verdict::Unhealthy => {
-                // A clean status after a fatal block is the server ending itself on that failure (vLLM's API
-                // server exits 0 after EngineDeadError: captured vllm-0.26.0-e), not an orderly stop.
-                let fatal = block.as_ref().is_some_and(|b| b.terminal) || self.engine_death.is_some();
-                let orderly = !fatal && x.orderly_after_ready(self.shutdown);
-                if !orderly {
-                    let b = block.unwrap_or_default();
-                    self.crash_with_exit(b, x, ev);
-                }
-            }
-            _ => {}
+        let crash = match self.state {
+            Verdict::Starting => true,
+            Verdict::Ready | Verdict::Unhealthy => !orderly,
+            _ => false,
+        };
+        if crash {
+            self.crash_with_exit(block.unwrap_or_default(), x, ev);
         }
     }
 

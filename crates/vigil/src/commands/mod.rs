@@ -183,11 +183,11 @@ pub async fn up(
     tokio::select! {
         _ = crate::signals::next_interrupt() => {}
         end = node.wait_exit(&name) => {
-            // The core judges the end: a stop that was asked for (`vigil down` from another shell) or a clean
-            // status 0 is the end of serving, in order; any other exit after ready is a crash.
+            // The core judges the end. A stop that was asked for (`vigil down` from another shell) ends serving in
+            // order. Not asked for, the core reads the log's end (no judge follows it after ready here): a fatal
+            // block there is a crash even with status 0 (vLLM 0.26 exits 0 after EngineDeadError); otherwise a
+            // clean status 0 is in order and any other exit a crash.
             let x = &end.exit;
-            // Not asked for: the log since ready decides whether a clean status ended serving in order or the
-            // server ended itself on a failure (vLLM 0.26 exits 0 after EngineDeadError).
             let failed = if end.requested {
                 None
             } else {

@@ -23,6 +23,9 @@ use vigil_core::{
     Classifier, Event, Fact, GpuFact, Judge, Phase, ProbeOutcome, Profiles, Report, TreeSample, TreeWatch, Verdict,
 };
 
+#[cfg(test)]
+mod tests;
+
 /// An exit is judged only once the log has caught up: quiet for this long...
 pub const EXIT_DRAIN_MS: u64 = 150;
 /// ...or at most this long (three times this for a remote log whose size at the exit is known).

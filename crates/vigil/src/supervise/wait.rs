@@ -667,20 +667,7 @@ fn start<'p>(
     proof_cfg.set_speculation(profiles, server.as_deref(), &argv);
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let set = Settings {
-        has_log,
-        has_target: target.is_some(),
-        dummy_health,
-        check_holder: a.pid.is_some() && target.is_some(),
-        echo: a.echo,
-        rank: a.phase_tx.as_ref().and(a.tag.as_ref().and_then(|t| t.1)),
-        timeout: a.timeout,
-        interval: a.interval,
-        generate_every: a.generate_every,
-        generate_timeout: a.generate_timeout,
-        probe_timeout: a.probe_timeout,
-        argv: argv.clone(),
-    };
+    let set = Settings::new(&a, target.is_some(), dummy_health);
     let parts = Parts {
         profiles,
         judge,

@@ -164,23 +164,50 @@ pub enum Action {
 /// What the watch knows before it starts (from `wait::Args` and the server's command line).
 pub struct Settings {
     /// A log is followed (a file, `--log-cmd`, a remote stream).
-    pub has_log: bool,
+    has_log: bool,
     /// A health URL is probed.
-    pub has_target: bool,
+    has_target: bool,
     /// The server's `/health` always answers 200 (SGLang's `--node-rank >= 1`).
-    pub dummy_health: bool,
+    dummy_health: bool,
     /// `--pid` and a target: a 200 is checked against the port's holder before ready.
-    pub check_holder: bool,
-    pub echo: bool,
+    check_holder: bool,
+    /// `--echo`: every log line is shown as read.
+    echo: bool,
     /// Multi-node: the rank whose phases go to the driver.
-    pub rank: Option<usize>,
-    pub timeout: Duration,
-    pub interval: Duration,
-    pub generate_every: Duration,
-    pub generate_timeout: Duration,
+    rank: Option<usize>,
+    /// `--timeout`: systemd's start deadline never goes past it (the judge has its own copy).
+    timeout: Duration,
+    /// `--interval`: probes this often once the log says the server is up (rarer before).
+    interval: Duration,
+    /// `--generate-every`: a generation probe this often while watching.
+    generate_every: Duration,
+    /// `--generate-timeout`: no single generation outlasts the proof's budget.
+    generate_timeout: Duration,
     /// `--probe-timeout` (else the profile's, learned when the kind is detected).
-    pub probe_timeout: Option<Duration>,
-    pub argv: Vec<String>,
+    probe_timeout: Option<Duration>,
+    /// The server's command line (speculation asked for, once the kind is known).
+    argv: Vec<String>,
+}
+
+impl Settings {
+    /// From the watch's arguments (their command line already completed from `--pid`); `has_target`: a
+    /// health URL is probed; `dummy_health`: its answer proves nothing.
+    pub fn new(a: &crate::wait::Args, has_target: bool, dummy_health: bool) -> Settings {
+        Settings {
+            has_log: a.log.is_some() || a.log_cmd.is_some() || a.remote.is_some(),
+            has_target,
+            dummy_health,
+            check_holder: a.pid.is_some() && has_target,
+            echo: a.echo,
+            rank: a.phase_tx.as_ref().and(a.tag.as_ref().and_then(|t| t.1)),
+            timeout: a.timeout,
+            interval: a.interval,
+            generate_every: a.generate_every,
+            generate_timeout: a.generate_timeout,
+            probe_timeout: a.probe_timeout,
+            argv: a.argv.clone(),
+        }
+    }
 }
 
 /// The parts the watch is made of (built by `wait` from its settings, or by a test).

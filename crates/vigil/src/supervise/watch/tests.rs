@@ -176,6 +176,15 @@ fn to_ready(w: &mut Watch) -> Vec<Action> {
     w.on(110, probe(ProbeOutcome::Ok))
 }
 
+/// The judge's ready does not end the watch (a proof follows, or watching): the note that says what next.
+fn ready_goes_on(o: Opts, note: &str) -> (Watch<'static>, Vec<Action>) {
+    let mut w = machine(o);
+    let acts = to_ready(&mut w);
+    assert!(ended(&acts).is_none(), "the watch goes on: {acts:?}");
+    assert!(notes(&acts).iter().any(|n| n.starts_with(note)), "{acts:?}");
+    (w, acts)
+}
+
 #[test]
 fn ready_when_the_log_and_a_probe_agree() {
     let mut w = machine(Opts::default());
@@ -201,10 +210,7 @@ fn probes_wait_for_the_log_before_it_says_up() {
 
 #[test]
 fn ready_needs_one_real_completion() {
-    let mut w = machine(Opts { generate: true, ..Opts::default() });
-    let acts = to_ready(&mut w);
-    assert!(ended(&acts).is_none(), "health alone is not ready: {acts:?}");
-    assert!(notes(&acts).iter().any(|n| n.contains("proving generation")));
+    let (mut w, acts) = ready_goes_on(Opts { generate: true, ..Opts::default() }, "health is good: proving generation");
     assert_eq!(generates(&acts), 1);
     let done = w.on(300, generated(true));
     assert!(done.iter().any(|a| matches!(a, Action::Say(Say::Generation(g)) if g.ok)));
@@ -307,10 +313,7 @@ fn no_answer_until_the_deadline_is_timeout() {
 
 #[test]
 fn failing_probes_while_watching_are_unhealthy() {
-    let mut w = machine(Opts { watch: true, ..Opts::default() });
-    let acts = to_ready(&mut w);
-    assert!(ended(&acts).is_none(), "watching goes on after ready");
-    assert!(notes(&acts).iter().any(|n| n.starts_with("watching")));
+    let (mut w, _) = ready_goes_on(Opts { watch: true, ..Opts::default() }, "watching: health and generation");
     let mut t = 200;
     let r = loop {
         let mut acts = w.on(t, tick());

@@ -417,7 +417,7 @@ impl Io {
             .or(self.cmd_port);
         match (a.pid, a.remote.as_ref()) {
             (None, Some(rw)) => crate::policy::on_verdict_remote(&mut self.rep, ms(), &mut r, a, rw).await,
-            _ => crate::policy::on_verdict(&mut self.rep, ms(), &mut r, a, port),
+            _ => crate::policy::on_verdict(&mut self.rep, ms(), &mut r, a, port).await,
         }
         update_metrics(&self.sinks.metrics, w.judge(), w.server(), r.verdict);
         self.sinks.verdict(&r, w.history_mut());

@@ -131,6 +131,11 @@ impl Args {
 }
 
 impl Args {
+    /// A log is followed: a file (or stdin), `--log-cmd`, or a remote run's stream.
+    pub fn has_log(&self) -> bool {
+        self.log.is_some() || self.log_cmd.is_some() || self.remote.is_some()
+    }
+
     /// Fills in what a run of `vigil up` knows: its log, server pid, kind, health URL (the generic
     /// profile's path for an unknown kind), exit-status file, secrets and command line. Fields already
     /// set (from the command line) win.
@@ -241,6 +246,102 @@ struct Sources {
     tree: mpsc::UnboundedReceiver<vigil_core::TreeSample>,
     tick: tokio::time::Interval,
     _log_child: Option<tokio::process::Child>,
+}
+
+impl Sources {
+    /// Starts the workers the settings ask for; notes which GPU reader the tree sampler uses.
+    fn start(
+        a: &Args,
+        target: &Option<Target>,
+        engine_metrics: Option<vigil_core::profile::MetricsSpec>,
+        probe_timeout: Duration,
+        bearer: &Option<String>,
+        compilers: Vec<String>,
+        rep: &mut Reporter,
+    ) -> Result<Sources, CliError> {
+        // compiler processes in the tree count as progress (found by the tree sampler below)
+        let (busy_tx, busy_rx) = mpsc::unbounded_channel::<String>();
+        let compilers = (a.pid.is_some() && a.has_log()).then_some((compilers, busy_tx));
+        let (tx, rx) = mpsc::unbounded_channel::<SourceMsg>();
+        let mut log_child = None;
+        if let Some(l) = &a.log {
+            if l == "-" {
+                tokio::spawn(follow::read_stream(tokio::io::stdin(), tx.clone()));
+            } else {
+                tokio::spawn(follow::follow_file(PathBuf::from(l), tx.clone()));
+            }
+        }
+        let (exit_tx, exit_rx) = mpsc::unbounded_channel::<(ServerEnd, Option<u64>)>();
+        if let Some(w) = &a.remote {
+            tokio::spawn(crate::remote::follow_log(w.clone(), tx.clone()));
+            tokio::spawn(crate::remote::wait_exit(w.clone(), exit_tx.clone()));
+        }
+        if let Some(cmd) = &a.log_cmd {
+            log_child =
+                Some(follow::spawn_log_cmd(cmd, tx.clone()).map_err(|e| CliError::usage(format!("--log-cmd: {e}")))?);
+        }
+        drop(tx);
+        if let Some(pid) = a.pid {
+            let state_path = a.exit_state.clone();
+            let exit_tx = exit_tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    if !follow::pid_alive(pid) {
+                        let _ = exit_tx.send((crate::node::local::recorded_end(state_path.as_deref()).await, None));
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            });
+        }
+        drop(exit_tx);
+
+        // GPU samples of the server's process tree, as facts for the judge.
+        let (gpu_tx, gpu_rx) = mpsc::unbounded_channel::<crate::gpu::Held>();
+        if let Some(w) = &a.remote {
+            tokio::spawn(crate::remote::gpu_stream(w.clone(), a.gpu_interval, gpu_tx.clone()));
+        }
+        // The tree's GPU memory is read by the tree sampler below (one walk of the tree for every fact).
+        let mut gpu_reader = None;
+        if a.pid.is_some() {
+            match crate::gpu::Reader::open() {
+                Ok(reader) => {
+                    rep.note(0, &format!("GPU readings: {}", reader.name()));
+                    gpu_reader = Some(reader);
+                }
+                Err(why) => rep.note(0, &why),
+            }
+        }
+        // issue #17: engine progress from the server's own metrics while watching (probes are the fallback)
+        let (emetrics_tx, emetrics_rx) = mpsc::unbounded_channel();
+        if let (true, Some(t), Some(spec)) = (a.watch, target, engine_metrics) {
+            crate::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
+        }
+        // issue #17: Xid and uncorrectable ECC events from NVML, named by the verdict (local servers)
+        let (gpu_ev_tx, gpu_ev_rx) = mpsc::unbounded_channel::<vigil_core::gpu_health::GpuEvent>();
+        if a.pid.is_some() {
+            crate::gpu_health::watch_events(gpu_ev_tx);
+        }
+        // issue #17: the process tree as a fact (an engine process dying while the server lives).
+        let (tree_tx, tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
+        if let Some(pid) = a.pid {
+            let gpu = gpu_reader.map(|r| (r, a.gpu_interval, gpu_tx.clone()));
+            crate::tree::spawn(pid, Duration::from_secs(1), crate::tree::Extras { gpu, compilers }, tree_tx);
+        }
+        let mut tick = tokio::time::interval(Duration::from_millis(25));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ok(Sources {
+            lines: rx,
+            exit: exit_rx,
+            busy: busy_rx,
+            gpu: gpu_rx,
+            gpu_events: gpu_ev_rx,
+            emetrics: emetrics_rx,
+            tree: tree_rx,
+            tick,
+            _log_child: log_child,
+        })
+    }
 }
 
 /// The loop: each future that completes becomes one `Input`; the machine's actions are executed in order.
@@ -453,7 +554,7 @@ fn start<'p>(
         None => None,
     };
 
-    let has_log = a.log.is_some() || a.log_cmd.is_some() || a.remote.is_some();
+    let has_log = a.has_log();
     // The command line of --pid names the server kind, its port, and (SGLang) its node rank.
     if a.argv.is_empty() {
         a.argv = a.pid.and_then(follow::cmdline).unwrap_or_default();
@@ -561,79 +662,10 @@ fn start<'p>(
     for n in std::mem::take(&mut history.notes) {
         rep.note(0, &n);
     }
-    // compiler processes in the tree count as progress (found by the tree sampler below)
-    let (busy_tx, busy_rx) = mpsc::unbounded_channel::<String>();
-    let compilers = (a.pid.is_some() && has_log).then(|| (history.compilers(), busy_tx));
     let sinks = Sinks { notifier, metrics: metrics.clone(), verdict_file: a.verdict_file.clone() };
-
-    // Sources.
-    let (tx, rx) = mpsc::unbounded_channel::<SourceMsg>();
-    let mut _log_child = None;
-    if let Some(l) = &a.log {
-        if l == "-" {
-            tokio::spawn(follow::read_stream(tokio::io::stdin(), tx.clone()));
-        } else {
-            tokio::spawn(follow::follow_file(PathBuf::from(l), tx.clone()));
-        }
-    }
-    let (exit_tx, exit_rx) = mpsc::unbounded_channel::<(ServerEnd, Option<u64>)>();
-    if let Some(w) = &a.remote {
-        tokio::spawn(crate::remote::follow_log(w.clone(), tx.clone()));
-        tokio::spawn(crate::remote::wait_exit(w.clone(), exit_tx.clone()));
-    }
-    if let Some(cmd) = &a.log_cmd {
-        _log_child =
-            Some(follow::spawn_log_cmd(cmd, tx.clone()).map_err(|e| CliError::usage(format!("--log-cmd: {e}")))?);
-    }
-    drop(tx);
-    if let Some(pid) = a.pid {
-        let state_path = a.exit_state.clone();
-        let exit_tx = exit_tx.clone();
-        tokio::spawn(async move {
-            loop {
-                if !follow::pid_alive(pid) {
-                    let _ = exit_tx.send((crate::node::local::recorded_end(state_path.as_deref()).await, None));
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        });
-    }
-    drop(exit_tx);
-
-    // GPU samples of the server's process tree, as facts for the judge.
-    let (gpu_tx, gpu_rx) = mpsc::unbounded_channel::<crate::gpu::Held>();
-    if let Some(w) = &a.remote {
-        tokio::spawn(crate::remote::gpu_stream(w.clone(), a.gpu_interval, gpu_tx.clone()));
-    }
-    // The tree's GPU memory is read by the tree sampler below (one walk of the tree for every fact).
-    let mut gpu_reader = None;
-    if a.pid.is_some() {
-        match crate::gpu::Reader::open() {
-            Ok(reader) => {
-                rep.note(0, &format!("GPU readings: {}", reader.name()));
-                gpu_reader = Some(reader);
-            }
-            Err(why) => rep.note(0, &why),
-        }
-    }
-    // issue #17: engine progress from the server's own metrics while watching (probes are the fallback)
-    let (emetrics_tx, emetrics_rx) = mpsc::unbounded_channel();
-    if let (true, Some(t), Some(spec)) = (a.watch, &target, forced.as_ref().and_then(|p| p.metrics.clone())) {
-        crate::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
-    }
-    // issue #17: Xid and uncorrectable ECC events from NVML, named by the verdict (local servers)
-    let (gpu_ev_tx, gpu_ev_rx) = mpsc::unbounded_channel::<vigil_core::gpu_health::GpuEvent>();
-    if a.pid.is_some() {
-        crate::gpu_health::watch_events(gpu_ev_tx);
-    }
-    // issue #17: the process tree as a fact (an engine process dying while the server lives).
-    let (tree_tx, tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
+    let engine_metrics = forced.as_ref().and_then(|p| p.metrics.clone());
+    let sources = Sources::start(&a, &target, engine_metrics, probe_timeout, &bearer, history.compilers(), &mut rep)?;
     let tree_watch = vigil_core::TreeWatch::new(forced.as_ref().map(|p| p.engine_titles.clone()).unwrap_or_default());
-    if let Some(pid) = a.pid {
-        let gpu = gpu_reader.map(|r| (r, a.gpu_interval, gpu_tx.clone()));
-        crate::tree::spawn(pid, Duration::from_secs(1), crate::tree::Extras { gpu, compilers }, tree_tx);
-    }
 
     if let (true, Some(p)) = (dummy_health, &forced) {
         let flag = p.cmd.dummy_health_flag.as_deref().unwrap_or_default();
@@ -665,8 +697,6 @@ fn start<'p>(
         ..ProofConfig::default()
     };
     proof_cfg.set_speculation(profiles, server.as_deref(), &argv);
-    let mut tick = tokio::time::interval(Duration::from_millis(25));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let set = Settings::new(&a, target.is_some(), dummy_health);
     let parts = Parts {
         profiles,
@@ -677,17 +707,6 @@ fn start<'p>(
         history: Some(history),
         server,
         probe_timeout,
-    };
-    let sources = Sources {
-        lines: rx,
-        exit: exit_rx,
-        busy: busy_rx,
-        gpu: gpu_rx,
-        gpu_events: gpu_ev_rx,
-        emetrics: emetrics_rx,
-        tree: tree_rx,
-        tick,
-        _log_child,
     };
     let io = Io {
         model_hint: proof::model_hint(&argv),

@@ -194,7 +194,7 @@ impl Settings {
     /// health URL is probed; `dummy_health`: its answer proves nothing.
     pub fn new(a: &crate::wait::Args, has_target: bool, dummy_health: bool) -> Settings {
         Settings {
-            has_log: a.log.is_some() || a.log_cmd.is_some() || a.remote.is_some(),
+            has_log: a.has_log(),
             has_target,
             dummy_health,
             check_holder: a.pid.is_some() && has_target,

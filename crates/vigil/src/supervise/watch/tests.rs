@@ -20,6 +20,7 @@ struct Opts {
     timeout_ms: u64,
     generate_timeout_ms: u64,
     argv: Vec<String>,
+    rank: Option<usize>,
 }
 
 impl Default for Opts {
@@ -33,6 +34,7 @@ impl Default for Opts {
             timeout_ms: 600_000,
             generate_timeout_ms: 120_000,
             argv: vec![],
+            rank: None,
         }
     }
 }
@@ -66,7 +68,7 @@ fn machine(o: Opts) -> Watch<'static> {
         dummy_health: false,
         check_holder: o.target,
         echo: false,
-        rank: None,
+        rank: o.rank,
         timeout: Duration::from_millis(o.timeout_ms),
         interval: Duration::from_secs(1),
         generate_every: Duration::from_secs(60),
@@ -447,4 +449,43 @@ fn blank_lines_and_log_end() {
     // with the log ended, an exit is judged at once
     let acts = w.on(20, exit(1, false));
     assert_eq!(concluded(&acts).map(|r| r.verdict), Some(Verdict::Crashed));
+}
+
+#[test]
+fn engine_metrics_pause_generation_probes_while_watching() {
+    let (mut w, _) = ready_goes_on(Opts { watch: true, generate: true, ..Opts::default() }, "health is good");
+    let acts = w.on(300, generated(true));
+    assert!(notes(&acts).iter().any(|n| n.starts_with("watching")), "{acts:?}");
+    let idle = MetricsSample { waiting: Some(0.0), running: Some(0.0), tokens: 10.0 };
+    let acts = w.on(1000, Input::EngineMetrics(Some(idle.clone())));
+    assert!(acts.iter().any(|a| matches!(a, Action::Event(Event::EngineMetrics(m)) if *m == idle)));
+    assert!(!w.on(1500, Input::EngineMetrics(Some(idle))).iter().any(|a| matches!(a, Action::Event(_))), "told once");
+    // the next generation probe was due 60 s after ready; the server's own metrics stand in for it
+    let mut t = 1525;
+    while t < 61_000 {
+        let acts = w.on(t, tick());
+        assert!(generates(&acts) == 0 && undecided(&acts), "at {t}: {acts:?}");
+        if probes(&acts) == 1 {
+            w.on(t + 5, probe(ProbeOutcome::Ok));
+        }
+        t += 250;
+    }
+    // the metrics page stops answering: generation probes come back
+    assert_eq!(generates(&w.on(61_500, Input::EngineMetrics(None))), 1);
+}
+
+#[test]
+fn a_ranks_phases_go_to_the_multi_node_driver() {
+    const WEIGHTS: &str = "main: loading model";
+    let mut w = machine(Opts { rank: Some(3), ..Opts::default() });
+    w.on(0, line(LAUNCH_LINE));
+    let acts = w.on(100, line(WEIGHTS));
+    let at = acts.iter().position(|a| matches!(a, Action::Phase { rank: 3, phase: Phase::Weights }));
+    let status = acts.iter().position(|a| matches!(a, Action::Notify(Notify::Status(s)) if s == "llama-cpp weights"));
+    assert!(at.is_some() && at < status, "the driver hears it before systemd: {acts:?}");
+    let mut solo = machine(Opts::default());
+    solo.on(0, line(LAUNCH_LINE));
+    let acts = solo.on(100, line(WEIGHTS));
+    assert!(acts.iter().any(|a| matches!(a, Action::Event(Event::Phase { phase: Phase::Weights, .. }))));
+    assert!(!acts.iter().any(|a| matches!(a, Action::Phase { .. })), "no driver, no rank: {acts:?}");
 }

@@ -489,3 +489,27 @@ fn a_ranks_phases_go_to_the_multi_node_driver() {
     assert!(acts.iter().any(|a| matches!(a, Action::Event(Event::Phase { phase: Phase::Weights, .. }))));
     assert!(!acts.iter().any(|a| matches!(a, Action::Phase { .. })), "no driver, no rank: {acts:?}");
 }
+
+#[test]
+fn a_remote_exit_waits_for_every_byte_written_before_it() {
+    let remote_exit = |need| {
+        let exit = ExitInfo { code: Some(1), signal: None, ours: true };
+        Input::Exit { end: ServerEnd { exit, requested: false }, log_bytes: Some(need) }
+    };
+    let got = |n| Input::Tick { log_bytes: Some(n) };
+    let mut w = machine(Opts::default());
+    w.on(0, line(LAUNCH_LINE));
+    w.on(1000, remote_exit(4096));
+    // quiet for longer than the local drain, but the bytes are still on their way
+    for t in [1200, 2500, 3900] {
+        assert!(undecided(&w.on(t, got(1024))), "at {t}");
+    }
+    w.on(4000, line(LOAD_FAILED));
+    assert_eq!(concluded(&w.on(4025, got(4096))).map(|r| r.verdict), Some(Verdict::Crashed));
+    // bytes that never come: judged at three times the drain's maximum
+    let mut w = machine(Opts::default());
+    w.on(0, line(LAUNCH_LINE));
+    w.on(1000, remote_exit(4096));
+    assert!(undecided(&w.on(6975, got(0))));
+    assert_eq!(concluded(&w.on(7000, got(0))).map(|r| r.verdict), Some(Verdict::Crashed));
+}

@@ -107,7 +107,7 @@ impl Node for LocalNode {
             rep.note(0, &format!("'{name}': nothing running"));
             return Ok(true);
         }
-        Ok(stop_run(&dir, &st, grace, rep)?.is_empty())
+        Ok(stop_run(&dir, &st, grace, rep).await?.is_empty())
     }
 
     async fn log_tail(&self, name: &str, n: usize) -> Result<LogTail, CliError> {

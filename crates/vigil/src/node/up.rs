@@ -175,7 +175,7 @@ pub async fn launch(
                     join_pids(&live)
                 )));
             }
-            let r = stop_run(&dir, &st, a.grace, rep)?;
+            let r = stop_run(&dir, &st, a.grace, rep).await?;
             if !r.is_empty() {
                 return Err(CliError::usage(format!(
                     "--replace: could not stop the earlier run (survivors: {})",
@@ -342,7 +342,8 @@ fn join_pids(v: &[i32]) -> String {
 
 /// Stops a run through its keeper (or directly when the keeper is gone) and waits until every
 /// process of it is gone. Returns the survivors (empty on success).
-pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> Result<Vec<i32>, CliError> {
+/// Async with deadlines: the runtime goes on while it waits, and a second interrupt kills at once.
+pub async fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> Result<Vec<i32>, CliError> {
     let before = run_pids(st);
     if before.is_empty() {
         return Ok(vec![]);
@@ -354,9 +355,11 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
     if keeper_alive {
         procs::signal(st.keeper_pid, libc::SIGTERM);
     } else if let Some(s) = st.server_pid {
-        let r = procs::stop_tree(s, true, grace, &mut |sig, pids| {
-            run::append_event(dir, RunEvent::Signal { signal: sig, pids, t_unix_ms: run::now_ms() }.to_value());
-        });
+        let d = dir.to_path_buf();
+        let r = procs::stop_tree_async(s, true, grace, move |sig, pids| {
+            run::append_event(&d, RunEvent::Signal { signal: sig, pids, t_unix_ms: run::now_ms() }.to_value());
+        })
+        .await;
         run::append_event(dir, RunEvent::Stopped { t_unix_ms: run::now_ms(), report: &r }.to_value());
     }
     // Wait until every process is gone: grace + time for SIGKILL to land. A second Ctrl-C kills at once.
@@ -384,7 +387,7 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
             }
             rep.note(t0.elapsed().as_millis() as u64, "second interrupt: killing at once");
         }
-        std::thread::sleep(Duration::from_millis(10));
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     for e in run::read_events(dir) {
         if e["event"] == "signal" {
@@ -398,23 +401,46 @@ pub fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> 
         t0.elapsed().as_millis() as u64,
         &format!("stopped {} process(es) in {}; none left", before.len(), fmt_ms(t0.elapsed().as_millis() as u64)),
     );
-    Ok(gpu_release(gpu_before, rep, t0))
+    Ok(gpu_release_async(gpu_before, rep, t0).await)
 }
 
 /// After a stop: prove the tree's GPU memory is released, or name who still holds it.
 fn gpu_release(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Vec<i32> {
+    let Some(b) = gpu_to_prove(b, rep, t0) else { return vec![] };
+    let left = crate::gpu::wait_released(&b, GPU_RELEASE_WAIT);
+    gpu_released(&b, &left, rep, t0)
+}
+
+/// `gpu_release` for async code (the wait runs on a blocking thread).
+async fn gpu_release_async(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Vec<i32> {
+    let Some(b) = gpu_to_prove(b, rep, t0) else { return vec![] };
+    let (b, left) = crate::gpu::released(b, GPU_RELEASE_WAIT).await;
+    gpu_released(&b, &left, rep, t0)
+}
+
+/// How long a stop waits for the GPU memory of the stopped tree to be released.
+const GPU_RELEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// The GPU memory to prove released after a stop: none (and why, noted) when there is no reader or the
+/// tree held none.
+fn gpu_to_prove(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Option<crate::gpu::Before> {
     let t = || t0.elapsed().as_millis() as u64;
     let Some(b) = b else {
         if crate::gpu::Reader::open().is_err() {
             rep.note(t(), "GPU release not checked: no NVML and no nvidia-smi");
         }
-        return vec![];
+        return None;
     };
     if b.held.total_mib == 0 {
         rep.note(t(), "the tree held no GPU memory");
-        return vec![];
+        return None;
     }
-    let left = crate::gpu::wait_released(&b, Duration::from_secs(30));
+    Some(b)
+}
+
+/// Says whether the GPU memory was released, or who holds it (`left`); returns their pids.
+fn gpu_released(b: &crate::gpu::Before, left: &[crate::gpu::Holder], rep: &mut Reporter, t0: Instant) -> Vec<i32> {
+    let t = || t0.elapsed().as_millis() as u64;
     if left.is_empty() {
         rep.note(
             t(),
@@ -426,7 +452,7 @@ fn gpu_release(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -
         );
         return vec![];
     }
-    for h in &left {
+    for h in left {
         rep.note(
             t(),
             &format!(
@@ -479,7 +505,7 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, C
     env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));
     let mut rep = Reporter::new(a.json, a.quiet);
     if let Some(st) = read_state(&dir) {
-        let surv = stop_run(&dir, &st, a.grace, &mut rep)?;
+        let surv = stop_run(&dir, &st, a.grace, &mut rep).await?;
         if !surv.is_empty() {
             return Ok(exit::NOT_STOPPED);
         }

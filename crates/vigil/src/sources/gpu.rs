@@ -339,6 +339,20 @@ pub fn wait_released(b: &Before, deadline: std::time::Duration) -> Vec<Holder> {
     }
 }
 
+/// `wait_released` for async code: its samples and sleeps (up to `deadline`) run on a blocking thread.
+/// Returns the `Before` back with those left. A panic inside is resumed here.
+pub async fn released(b: Before, deadline: std::time::Duration) -> (Before, Vec<Holder>) {
+    match tokio::task::spawn_blocking(move || {
+        let left = wait_released(&b, deadline);
+        (b, left)
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
 /// Replays of the captures from the H200 run (crates/vigil/tests/gpu-captures/, 2026-11-29).
 #[cfg(test)]
 mod replay {

@@ -309,6 +309,20 @@ pub struct StopReport {
     pub elapsed_ms: u64,
 }
 
+/// `stop_tree` for async code: its waits (up to `grace` + 5 s) run on a blocking thread, so the runtime
+/// (other watches, interrupts) goes on meanwhile. A panic inside is resumed here.
+pub async fn stop_tree_async(
+    root: i32,
+    include_root: bool,
+    grace: Duration,
+    mut on_event: impl FnMut(&str, &[i32]) + Send + 'static,
+) -> StopReport {
+    match tokio::task::spawn_blocking(move || stop_tree(root, include_root, grace, &mut on_event)).await {
+        Ok(r) => r,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
 /// Stops `root` and its descendants: SIGTERM to all, wait up to `grace`, SIGKILL what is left,
 /// then wait (bounded) until every one is gone. New descendants that appear meanwhile are included.
 pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut dyn FnMut(&str, &[i32])) -> StopReport {
@@ -501,6 +515,36 @@ mod tests {
             None if std::env::var("CI").as_deref() == Ok("true") => panic!("netlink sock_diag unavailable"),
             None => eprintln!("SKIP: netlink sock_diag unavailable"),
         }
+    }
+
+    /// The async stop leaves the runtime free (issue #25): a task on the same single-threaded runtime keeps
+    /// running through the grace period of a tree that ignores SIGTERM, which the stop then kills.
+    #[tokio::test]
+    async fn an_async_stop_never_blocks_the_runtime() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let script = "trap '' TERM; while :; do sleep 1; done";
+        let mut sh = std::process::Command::new("sh").args(["-c", script]).spawn().unwrap();
+        let pid = sh.id() as i32;
+        // the trap is set once the loop has started its first sleep
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while descendants(pid).is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let ticks = std::sync::Arc::new(AtomicUsize::new(0));
+        let t = ticks.clone();
+        let counter = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                t.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let r = stop_tree_async(pid, true, Duration::from_millis(600), |_, _| {}).await;
+        counter.abort();
+        let _ = sh.wait();
+        assert!(r.survivors.is_empty(), "{r:?}");
+        assert!(r.stopped.iter().any(|s| s.pid == pid && s.how == "SIGKILL"), "{r:?}");
+        let n = ticks.load(Ordering::SeqCst);
+        assert!(n >= 10, "the runtime was blocked: {n} ticks of 20 ms in a {} ms stop", r.elapsed_ms);
     }
 
     #[test]

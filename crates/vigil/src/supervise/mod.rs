@@ -7,3 +7,4 @@ pub mod hosts;
 pub mod policy;
 pub mod remote_evidence;
 pub mod wait;
+pub mod watch;

@@ -13,7 +13,8 @@ const PORT_WAIT: Duration = Duration::from_secs(5);
 
 /// Applies the policy to a verdict that ends vigil's watch: the server's root process is `a.pid`, its
 /// run (stopped through its keeper) the folder of `a.exit_state`; `port` is the server's port when known.
-pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait::Args, port: Option<u16>) {
+/// Async with deadlines: the stop, the GPU release and the port wait never block the runtime.
+pub async fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait::Args, port: Option<u16>) {
     let policy = a.on_stall.unwrap_or_default();
     let (pid, grace) = (a.pid, a.stop_grace);
     let run_dir = a.exit_state.as_deref().and_then(Path::parent);
@@ -48,14 +49,14 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
         }
         OnStall::Stop => {
             act.survivors = match (run_dir, state) {
-                (Some(d), Some(st)) => crate::up::stop_run(d, &st, grace, rep).unwrap_or(pids.clone()),
+                (Some(d), Some(st)) => crate::up::stop_run(d, &st, grace, rep).await.unwrap_or(pids.clone()),
                 _ => {
                     // not a run of ours (stop_run proves a run's GPU release itself): prove it here
                     let before = crate::gpu::before_stop(pid, &pids).filter(|b| b.held.total_mib > 0);
-                    let s = crate::procs::stop_tree(pid, true, grace, &mut |_, _| {});
+                    let s = crate::procs::stop_tree_async(pid, true, grace, |_, _| {}).await;
                     let mut left: Vec<i32> = s.survivors.iter().map(|p| p.pid).collect();
                     if let Some(b) = before {
-                        let holders = crate::gpu::wait_released(&b, Duration::from_secs(30));
+                        let (_, holders) = crate::gpu::released(b, Duration::from_secs(30)).await;
                         act.gpu_released = Some(holders.is_empty());
                         for h in holders {
                             if !left.contains(&h.pid) {
@@ -67,10 +68,10 @@ pub fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait
                 }
             };
             if let Some(p) = port {
-                let t0 = Instant::now();
+                let deadline = Instant::now() + PORT_WAIT;
                 let mut free = crate::procs::port_free(p);
-                while !free && t0.elapsed() < PORT_WAIT {
-                    std::thread::sleep(Duration::from_millis(20));
+                while !free && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                     free = crate::procs::port_free(p);
                 }
                 act.port_free = Some(free);

@@ -1,11 +1,14 @@
 //! `vigil wait` (and the watch of `vigil up`): attach to a server and reach a verdict.
 //!
-//! One `tokio::select!` loop owns all state (classifier, judge, probe schedule, stage); workers (log
-//! follower, `--log-cmd` readers, the pid watcher, one probe and one generation at a time) talk to it
-//! over channels or join handles. Stages: starting (the judge decides) → proving (one real
-//! completion, and speculation when asked for) → ready; with `--watch`, then watching (health and
-//! generation probes, the log, the process) until crashed, unhealthy or interrupted.
+//! `start` checks the settings, starts the workers (log follower, `--log-cmd` readers, the pid watcher,
+//! the process-tree and GPU sampler, NVML events, the engine's metrics page) and makes the machine
+//! (`super::watch::Watch`), which decides everything. `drive` is the I/O loop: one `tokio::select!` turns
+//! each completed future (a channel message, the one probe and the one generation in flight, a tick, an
+//! interrupt) into a `watch::Input`; `Io` executes the machine's `Action`s in order (spawn a probe or a
+//! generation, tell the sinks, save the evidence and apply the policy at a bad verdict, end).
 
+pub use super::watch::Outcome;
+use super::watch::{Action, Holder, Input, Notify, Parts, Say, Settings, Watch};
 use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit;
@@ -21,8 +24,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use vigil_core::proof::{Proof, ProofConfig, Step};
-use vigil_core::{Classifier, Event, Fact, Input, Judge, JudgeConfig, Phase, ProbeOutcome, Profiles, Report, Verdict};
+use vigil_core::proof::{Proof, ProofConfig};
+use vigil_core::{Classifier, Judge, JudgeConfig, Phase, Profiles, Report, Verdict};
 
 #[derive(Clone)]
 pub struct Args {
@@ -128,6 +131,11 @@ impl Args {
 }
 
 impl Args {
+    /// A log is followed: a file (or stdin), `--log-cmd`, or a remote run's stream.
+    pub fn has_log(&self) -> bool {
+        self.log.is_some() || self.log_cmd.is_some() || self.remote.is_some()
+    }
+
     /// Fills in what a run of `vigil up` knows: its log, server pid, kind, health URL (the generic
     /// profile's path for an unknown kind), exit-status file, secrets and command line. Fields already
     /// set (from the command line) win.
@@ -155,31 +163,16 @@ impl Args {
     }
 }
 
-/// How `wait` ended: the exit code and, when a verdict was reached, its report.
-pub struct Outcome {
-    pub code: i32,
-    pub report: Option<Report>,
-    /// Ended by SIGINT/SIGTERM (the caller stops what it launched).
-    pub interrupted: bool,
-}
-
-impl Outcome {
-    fn verdict(code: i32, r: Report) -> Outcome {
-        Outcome { code, report: Some(r), interrupted: false }
-    }
-}
-
 /// Where a verdict goes besides the reporter: systemd, the metrics, the run's record.
 struct Sinks {
     notifier: Option<Notifier>,
     metrics: Option<Metrics>,
     verdict_file: Option<PathBuf>,
-    history: Option<crate::history::Recorder>,
 }
 
 impl Sinks {
-    fn verdict(&mut self, r: &Report) {
-        if let Some(h) = &mut self.history {
+    fn verdict(&mut self, r: &Report, history: Option<&mut crate::history::Recorder>) {
+        if let Some(h) = history {
             h.finish(r);
         }
         if let Some(m) = &self.metrics {
@@ -221,7 +214,10 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     let linger = a.metrics_linger;
     let shared = a.tag.is_some();
     let interrupts = a.interrupts;
-    let out = run_inner(a, profiles, &mut metrics).await?;
+    let out = match start(a, &profiles, &mut metrics) {
+        Ok((w, io, sources)) => drive(w, io, sources).await,
+        Err(e) => Err(e),
+    }?;
     // A verdict that ends vigil stays scrapeable for a while: vigil exiting takes the endpoint with it.
     let ends_bad = out.report.as_ref().is_some_and(|r| r.verdict != Verdict::Ready);
     if let (Some(m), true, false) = (&metrics, ends_bad, out.interrupted) {
@@ -238,9 +234,306 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
     Ok(out)
 }
 
-async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Metrics>) -> Result<Outcome, CliError> {
+/// The workers that feed the watch: the log, the exit, the process tree (GPU memory, compilers),
+/// NVML events, the server's metrics page, and the tick.
+struct Sources {
+    lines: mpsc::UnboundedReceiver<SourceMsg>,
+    exit: mpsc::UnboundedReceiver<(ServerEnd, Option<u64>)>,
+    busy: mpsc::UnboundedReceiver<String>,
+    gpu: mpsc::UnboundedReceiver<crate::gpu::Held>,
+    gpu_events: mpsc::UnboundedReceiver<vigil_core::gpu_health::GpuEvent>,
+    emetrics: mpsc::UnboundedReceiver<Option<vigil_core::engine_metrics::MetricsSample>>,
+    tree: mpsc::UnboundedReceiver<vigil_core::TreeSample>,
+    tick: tokio::time::Interval,
+    _log_child: Option<tokio::process::Child>,
+}
+
+impl Sources {
+    /// Starts the workers the settings ask for; notes which GPU reader the tree sampler uses.
+    fn start(
+        a: &Args,
+        target: &Option<Target>,
+        engine_metrics: Option<vigil_core::profile::MetricsSpec>,
+        probe_timeout: Duration,
+        bearer: &Option<String>,
+        compilers: Vec<String>,
+        rep: &mut Reporter,
+    ) -> Result<Sources, CliError> {
+        // compiler processes in the tree count as progress (found by the tree sampler below)
+        let (busy_tx, busy_rx) = mpsc::unbounded_channel::<String>();
+        let compilers = (a.pid.is_some() && a.has_log()).then_some((compilers, busy_tx));
+        let (tx, rx) = mpsc::unbounded_channel::<SourceMsg>();
+        let mut log_child = None;
+        if let Some(l) = &a.log {
+            if l == "-" {
+                tokio::spawn(follow::read_stream(tokio::io::stdin(), tx.clone()));
+            } else {
+                tokio::spawn(follow::follow_file(PathBuf::from(l), tx.clone()));
+            }
+        }
+        let (exit_tx, exit_rx) = mpsc::unbounded_channel::<(ServerEnd, Option<u64>)>();
+        if let Some(w) = &a.remote {
+            tokio::spawn(crate::remote::follow_log(w.clone(), tx.clone()));
+            tokio::spawn(crate::remote::wait_exit(w.clone(), exit_tx.clone()));
+        }
+        if let Some(cmd) = &a.log_cmd {
+            log_child =
+                Some(follow::spawn_log_cmd(cmd, tx.clone()).map_err(|e| CliError::usage(format!("--log-cmd: {e}")))?);
+        }
+        drop(tx);
+        if let Some(pid) = a.pid {
+            let state_path = a.exit_state.clone();
+            let exit_tx = exit_tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    if !follow::pid_alive(pid) {
+                        let _ = exit_tx.send((crate::node::local::recorded_end(state_path.as_deref()).await, None));
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            });
+        }
+        drop(exit_tx);
+
+        // GPU samples of the server's process tree, as facts for the judge.
+        let (gpu_tx, gpu_rx) = mpsc::unbounded_channel::<crate::gpu::Held>();
+        if let Some(w) = &a.remote {
+            tokio::spawn(crate::remote::gpu_stream(w.clone(), a.gpu_interval, gpu_tx.clone()));
+        }
+        // The tree's GPU memory is read by the tree sampler below (one walk of the tree for every fact).
+        let mut gpu_reader = None;
+        if a.pid.is_some() {
+            match crate::gpu::Reader::open() {
+                Ok(reader) => {
+                    rep.note(0, &format!("GPU readings: {}", reader.name()));
+                    gpu_reader = Some(reader);
+                }
+                Err(why) => rep.note(0, &why),
+            }
+        }
+        // issue #17: engine progress from the server's own metrics while watching (probes are the fallback)
+        let (emetrics_tx, emetrics_rx) = mpsc::unbounded_channel();
+        if let (true, Some(t), Some(spec)) = (a.watch, target, engine_metrics) {
+            crate::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
+        }
+        // issue #17: Xid and uncorrectable ECC events from NVML, named by the verdict (local servers)
+        let (gpu_ev_tx, gpu_ev_rx) = mpsc::unbounded_channel::<vigil_core::gpu_health::GpuEvent>();
+        if a.pid.is_some() {
+            crate::gpu_health::watch_events(gpu_ev_tx);
+        }
+        // issue #17: the process tree as a fact (an engine process dying while the server lives).
+        let (tree_tx, tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
+        if let Some(pid) = a.pid {
+            let gpu = gpu_reader.map(|r| (r, a.gpu_interval, gpu_tx.clone()));
+            crate::tree::spawn(pid, Duration::from_secs(1), crate::tree::Extras { gpu, compilers }, tree_tx);
+        }
+        let mut tick = tokio::time::interval(Duration::from_millis(25));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ok(Sources {
+            lines: rx,
+            exit: exit_rx,
+            busy: busy_rx,
+            gpu: gpu_rx,
+            gpu_events: gpu_ev_rx,
+            emetrics: emetrics_rx,
+            tree: tree_rx,
+            tick,
+            _log_child: log_child,
+        })
+    }
+}
+
+/// The loop: each future that completes becomes one `Input`; the machine's actions are executed in order.
+async fn drive(mut w: Watch<'_>, mut io: Io, mut s: Sources) -> Result<Outcome, CliError> {
+    loop {
+        let input = tokio::select! {
+            _ = io.a.interrupts.recv(io.a.tag.is_some()) => Input::Interrupt { sigterm: io.a.interrupts.was_sigterm() },
+            m = s.lines.recv(), if w.lines_open() => m.map_or(Input::LogEnded, Input::Source),
+            Some((end, log_bytes)) = s.exit.recv() => Input::Exit { end, log_bytes },
+            r = pending(&mut io.probe_task) => {
+                io.probe_task = None;
+                let result = r.map_err(|e| CliError::Internal(format!("probe task: {e}")))?;
+                let holder = io.holder(&w, &result);
+                Input::Probe { result, holder }
+            }
+            Some(c) = s.busy.recv() => Input::Compiling(c),
+            Some(h) = s.gpu.recv() => Input::Gpu(h),
+            Some(g) = s.gpu_events.recv() => Input::GpuEvent(g),
+            Some(m) = s.emetrics.recv() => Input::EngineMetrics(m),
+            Some(t) = s.tree.recv() => Input::Tree(t),
+            g = pending(&mut io.gen_task) => {
+                io.gen_task = None;
+                Input::Generated(g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?)
+            }
+            // a remote exit tells the log size at that moment: it is judged once every byte of it is here
+            _ = s.tick.tick() => Input::Tick {
+                log_bytes: io.a.remote.as_ref().map(|r| r.bytes.load(std::sync::atomic::Ordering::SeqCst)),
+            },
+        };
+        for act in w.on(io.ms(), input) {
+            if let Some(end) = io.act(&mut w, act).await {
+                return end;
+            }
+        }
+    }
+}
+
+/// What executes the machine's actions: the reporter, the sinks, the probe and generation tasks, the
+/// evidence and the policy at a bad verdict.
+struct Io {
+    a: Args,
+    t0: Instant,
+    rep: Reporter,
+    sinks: Sinks,
+    target: Option<Target>,
+    bearer: Option<String>,
+    /// The port of the server's command line (the policy proves it free after a stop).
+    cmd_port: Option<u16>,
+    model_hint: Option<String>,
+    probe_task: Option<JoinHandle<ProbeResult>>,
+    gen_task: Option<JoinHandle<Generation>>,
+}
+
+impl Io {
+    fn ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    /// A 200 from a process outside the server's tree (a squatter on the port) proves nothing.
+    fn holder(&self, w: &Watch<'_>, r: &ProbeResult) -> Option<Holder> {
+        if !w.asks_holder(r.outcome) {
+            return None;
+        }
+        let (Some(pid), Some(t)) = (self.a.pid, &self.target) else { return None };
+        foreign_holder(pid, t).map(|(holder, cmd)| Holder { port: t.port, pid: holder, cmd: self.rep.redact(&cmd) })
+    }
+
+    /// Executes one action; `Some` when the watch ends.
+    async fn act(&mut self, w: &mut Watch<'_>, act: Action) -> Option<Result<Outcome, CliError>> {
+        let t = self.ms();
+        match act {
+            Action::Note(n) => self.rep.note(t, &n),
+            Action::Echo(l) => self.rep.echo(t, &l),
+            Action::Say(s) => self.say(t, &s),
+            Action::Event(e) => self.rep.event(t, &e),
+            Action::Notify(n) => self.notify(n),
+            Action::Phase { rank, phase } => {
+                if let Some(tx) = &self.a.phase_tx {
+                    let _ = tx.send((rank, phase));
+                }
+            }
+            Action::Probe { timeout } => {
+                if let Some(t) = self.target.clone() {
+                    let b = self.bearer.clone();
+                    self.probe_task = Some(tokio::spawn(async move { probe::probe(&t, timeout, b.as_deref()).await }));
+                }
+            }
+            Action::Generate { spec, timeout, tokens, read_spec } => {
+                if let Some(t) = self.target.clone() {
+                    let (b, hint) = (self.bearer.clone(), self.model_hint.clone());
+                    self.gen_task = Some(tokio::spawn(async move {
+                        proof::generate_with(&spec, &t, timeout, b.as_deref(), hint, tokens, read_spec).await
+                    }));
+                }
+            }
+            Action::CancelProbe => {
+                if let Some(h) = self.probe_task.take() {
+                    h.abort();
+                }
+            }
+            Action::CancelGenerate => {
+                if let Some(h) = self.gen_task.take() {
+                    h.abort();
+                }
+            }
+            Action::ProbeLatency(l) => {
+                if let Some(m) = &self.sinks.metrics {
+                    m.probe_latency(l.as_secs_f64());
+                }
+            }
+            Action::Live { probe } => self.rep.live(t, w.judge(), w.server(), probe.as_deref()),
+            Action::Metrics(v) => update_metrics(&self.sinks.metrics, w.judge(), w.server(), v),
+            Action::Verdict(r) => {
+                self.sinks.verdict(&r, w.history_mut());
+                self.rep.verdict(t, &r, None);
+            }
+            Action::VerdictFile(r) => {
+                if let Some(p) = &self.sinks.verdict_file {
+                    let _ = crate::run::write_json(p, &*r);
+                }
+            }
+            Action::Conclude(r) => return Some(Ok(self.conclude(w, *r).await)),
+            Action::End(o) => return Some(Ok(*o)),
+            Action::Unreachable(why) => return Some(Err(CliError::Unreachable(why))),
+        }
+        None
+    }
+
+    fn say(&mut self, t: u64, s: &Say) {
+        let ev = match s {
+            Say::Detected { server } => WatchEvent::Detected { server, line: None },
+            Say::Probe { outcome, status, latency_ms, note } => {
+                WatchEvent::Probe { outcome: *outcome, status: *status, latency_ms: *latency_ms, note }
+            }
+            Say::Gpu(h) => WatchEvent::Gpu { held_mib: h.total_mib, per_gpu_mib: &h.per_gpu, host_pids: h.host_pids },
+            Say::Generation(g) => WatchEvent::Generation(g),
+            Say::Disconnected => WatchEvent::Disconnected,
+            Say::Reconnected { to, down_ms, log_offset } => {
+                WatchEvent::Reconnected { to, down_ms: *down_ms, log_offset: *log_offset }
+            }
+            Say::Stopped { how, exit_code, signal, requested } => {
+                WatchEvent::Stopped { how, exit_code: *exit_code, signal: *signal, requested: *requested }
+            }
+        };
+        self.rep.emit(Some(t), &ev);
+    }
+
+    fn notify(&mut self, n: Notify) {
+        if let Notify::Stopping(why) = &n {
+            return self.sinks.stopping(why);
+        }
+        let Some(to) = &mut self.sinks.notifier else { return };
+        match n {
+            Notify::Status(s) => to.status(&s),
+            Notify::Healthy => to.healthy(),
+            Notify::Extend { left, now } => to.extend(left, now),
+            Notify::Stopping(_) => {}
+        }
+    }
+
+    /// A verdict that ends the watch (not ready): where every process of a stuck server is (issue #17),
+    /// the `--on-stall` policy, then the verdict is recorded and told.
+    async fn conclude(&mut self, w: &mut Watch<'_>, mut r: Report) -> Outcome {
+        let t0 = self.t0;
+        let ms = move || t0.elapsed().as_millis() as u64;
+        let a = &self.a;
+        let run_dir = a.exit_state.as_deref().and_then(|p| p.parent());
+        crate::evidence::at_verdict(&mut self.rep, ms(), &mut r, a.pid, run_dir, &a.secrets, a.remote.as_ref()).await;
+        let port = self
+            .target
+            .as_ref()
+            .filter(|t| t.host == "localhost" || t.host.starts_with("127."))
+            .map(|t| t.port)
+            .or(self.cmd_port);
+        match (a.pid, a.remote.as_ref()) {
+            (None, Some(rw)) => crate::policy::on_verdict_remote(&mut self.rep, ms(), &mut r, a, rw).await,
+            _ => crate::policy::on_verdict(&mut self.rep, ms(), &mut r, a, port).await,
+        }
+        update_metrics(&self.sinks.metrics, w.judge(), w.server(), r.verdict);
+        self.sinks.verdict(&r, w.history_mut());
+        self.rep.verdict(ms(), &r, None);
+        Outcome::verdict(exit::for_verdict(r.verdict), r)
+    }
+}
+
+/// Checks the settings, starts the sources and the sinks, and makes the machine.
+fn start<'p>(
+    mut a: Args,
+    profiles: &'p Profiles,
+    metrics_out: &mut Option<Metrics>,
+) -> Result<(Watch<'p>, Io, Sources), CliError> {
     let t0 = Instant::now();
-    let ms = move || t0.elapsed().as_millis() as u64;
     let mut rep = Reporter::new(a.json, a.quiet);
     if let Some((h, r)) = &a.tag {
         rep.tagged(h, *r);
@@ -261,7 +554,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         None => None,
     };
 
-    let has_log = a.log.is_some() || a.log_cmd.is_some() || a.remote.is_some();
+    let has_log = a.has_log();
     // The command line of --pid names the server kind, its port, and (SGLang) its node rank.
     if a.argv.is_empty() {
         a.argv = a.pid.and_then(follow::cmdline).unwrap_or_default();
@@ -321,12 +614,12 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         cfg.stall_ms.insert(p, v);
     }
     let mut judge = Judge::new(cfg);
-    let mut classifier = Classifier::new(&profiles, server_name.as_deref());
-    let mut server: Option<String> = forced.as_ref().map(|p| p.name.clone());
+    let classifier = Classifier::new(profiles, server_name.as_deref());
+    let server: Option<String> = forced.as_ref().map(|p| p.name.clone());
     if let Some(s) = &server {
         judge.set_server(s);
     }
-    let mut probe_timeout = a
+    let probe_timeout = a
         .probe_timeout
         .unwrap_or_else(|| Duration::from_secs_f64(forced.as_ref().map_or(5.0, |p| p.probe_timeout_secs)));
 
@@ -356,7 +649,7 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     // Startup history (docs/history.md): the judge learns usual durations, and the verdict is recorded.
     let remote_host = a.remote.as_ref().map(|w| w.conn.dest.clone());
     let mut history = crate::history::Recorder::new(crate::history::Setup {
-        profiles: &profiles,
+        profiles,
         server: server.as_deref(),
         argv: &argv,
         pid: a.pid,
@@ -369,83 +662,10 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
     for n in std::mem::take(&mut history.notes) {
         rep.note(0, &n);
     }
-    // compiler processes in the tree count as progress (found by the tree sampler below)
-    let (busy_tx, mut busy_rx) = mpsc::unbounded_channel::<String>();
-    let compilers = (a.pid.is_some() && has_log).then(|| (history.compilers(), busy_tx));
-    let mut sinks =
-        Sinks { notifier, metrics: metrics.clone(), verdict_file: a.verdict_file.clone(), history: Some(history) };
-
-    // Sources.
-    let (tx, mut rx) = mpsc::unbounded_channel::<SourceMsg>();
-    let mut _log_child = None;
-    if let Some(l) = &a.log {
-        if l == "-" {
-            tokio::spawn(follow::read_stream(tokio::io::stdin(), tx.clone()));
-        } else {
-            tokio::spawn(follow::follow_file(PathBuf::from(l), tx.clone()));
-        }
-    }
-    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(ServerEnd, Option<u64>)>();
-    if let Some(w) = &a.remote {
-        tokio::spawn(crate::remote::follow_log(w.clone(), tx.clone()));
-        tokio::spawn(crate::remote::wait_exit(w.clone(), exit_tx.clone()));
-    }
-    if let Some(cmd) = &a.log_cmd {
-        _log_child =
-            Some(follow::spawn_log_cmd(cmd, tx.clone()).map_err(|e| CliError::usage(format!("--log-cmd: {e}")))?);
-    }
-    drop(tx);
-    if let Some(pid) = a.pid {
-        let state_path = a.exit_state.clone();
-        let exit_tx = exit_tx.clone();
-        tokio::spawn(async move {
-            loop {
-                if !follow::pid_alive(pid) {
-                    let _ = exit_tx.send((crate::node::local::recorded_end(state_path.as_deref()).await, None));
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        });
-    }
-    drop(exit_tx);
-
-    // GPU samples of the server's process tree, as facts for the judge.
-    let (gpu_tx, mut gpu_rx) = mpsc::unbounded_channel::<crate::gpu::Held>();
-    if let Some(w) = &a.remote {
-        tokio::spawn(crate::remote::gpu_stream(w.clone(), a.gpu_interval, gpu_tx.clone()));
-    }
-    // The tree's GPU memory is read by the tree sampler below (one walk of the tree for every fact).
-    let mut gpu_reader = None;
-    if a.pid.is_some() {
-        match crate::gpu::Reader::open() {
-            Ok(reader) => {
-                rep.note(0, &format!("GPU readings: {}", reader.name()));
-                gpu_reader = Some(reader);
-            }
-            Err(why) => rep.note(0, &why),
-        }
-    }
-    let mut last_gpu: Option<crate::gpu::Held> = None;
-    // issue #17: engine progress from the server's own metrics while watching (probes are the fallback)
-    let (emetrics_tx, mut emetrics_rx) = mpsc::unbounded_channel();
-    if let (true, Some(t), Some(spec)) = (a.watch, &target, forced.as_ref().and_then(|p| p.metrics.clone())) {
-        crate::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
-    }
-    let (mut emetrics_live, mut emetrics_last) = (false, None);
-    // issue #17: Xid and uncorrectable ECC events from NVML, named by the verdict (local servers)
-    let (gpu_ev_tx, mut gpu_ev_rx) = mpsc::unbounded_channel::<vigil_core::gpu_health::GpuEvent>();
-    if a.pid.is_some() {
-        crate::gpu_health::watch_events(gpu_ev_tx);
-    }
-    // issue #17: the process tree as a fact (an engine process dying while the server lives).
-    let (tree_tx, mut tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
-    let mut tree_watch =
-        vigil_core::TreeWatch::new(forced.as_ref().map(|p| p.engine_titles.clone()).unwrap_or_default());
-    if let Some(pid) = a.pid {
-        let gpu = gpu_reader.map(|r| (r, a.gpu_interval, gpu_tx.clone()));
-        crate::tree::spawn(pid, Duration::from_secs(1), crate::tree::Extras { gpu, compilers }, tree_tx);
-    }
+    let sinks = Sinks { notifier, metrics: metrics.clone(), verdict_file: a.verdict_file.clone() };
+    let engine_metrics = forced.as_ref().and_then(|p| p.metrics.clone());
+    let sources = Sources::start(&a, &target, engine_metrics, probe_timeout, &bearer, history.compilers(), &mut rep)?;
+    let tree_watch = vigil_core::TreeWatch::new(forced.as_ref().map(|p| p.engine_titles.clone()).unwrap_or_default());
 
     if let (true, Some(p)) = (dummy_health, &forced) {
         let flag = p.cmd.dummy_health_flag.as_deref().unwrap_or_default();
@@ -469,17 +689,6 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         },
     );
 
-    let rare = a.interval.max(Duration::from_secs(5));
-    let mut next_probe = Instant::now();
-    let mut probe_asap = false;
-    let mut log_says_up = false;
-    let mut probe_task: Option<JoinHandle<ProbeResult>> = None;
-    let mut gen_task: Option<JoinHandle<Generation>> = None;
-    let mut next_gen = Instant::now();
-    let mut last_probe: Option<(ProbeOutcome, String)> = None;
-    let mut cert_noted = false;
-    let mut lines_open = has_log;
-    let mut squatter_noted = false;
     let mut proof_cfg = ProofConfig {
         generate,
         timeout_ms: a.generate_timeout.as_millis() as u64,
@@ -487,404 +696,31 @@ async fn run_inner(mut a: Args, profiles: Profiles, metrics_out: &mut Option<Met
         watch: a.watch,
         ..ProofConfig::default()
     };
-    proof_cfg.set_speculation(&profiles, server.as_deref(), &argv);
-    let mut proof = Proof::new(proof_cfg);
-    // An exit is judged only once the log has caught up (quiet for EXIT_DRAIN, at most EXIT_DRAIN_MAX):
-    // the last lines a dying server writes hold the cause.
-    const EXIT_DRAIN: Duration = Duration::from_millis(150);
-    const EXIT_DRAIN_MAX: Duration = Duration::from_secs(2);
-    let mut pending_exit: Option<(ServerEnd, Instant, Instant, Option<u64>)> = None;
-    // The SSH connection is down: probes say nothing about the server then, and pause.
-    let mut link_down = false;
-    let mut tick = tokio::time::interval(Duration::from_millis(25));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-
-    loop {
-        let mut events: Vec<Event> = Vec::new();
-        let mut gen_done: Option<Generation> = None;
-        let mut exit_now: Option<ServerEnd> = None;
-        tokio::select! {
-            _ = a.interrupts.recv(a.tag.is_some()) => {
-                if proof.watching() {
-                    // After ready, SIGTERM is an orderly stop (systemctl stop, docker stop): exit 0.
-                    let term = a.interrupts.was_sigterm();
-                    rep.note(ms(), if term { "SIGTERM while watching: stopping in order" } else { "interrupted while watching" });
-                    sinks.stopping(if term { "SIGTERM" } else { "interrupted" });
-                    let code = if term { exit::READY } else { exit::INTERRUPTED };
-                    return Ok(Outcome { code, report: judge.report().cloned(), interrupted: true });
-                }
-                rep.note(ms(), "interrupted before a verdict");
-                if let Some(n) = &sinks.notifier {
-                    n.status("interrupted before a verdict");
-                }
-                return Ok(Outcome { code: exit::INTERRUPTED, report: judge.report().cloned(), interrupted: true });
-            }
-            m = rx.recv(), if lines_open => match m {
-                Some(SourceMsg::Line(raw)) => {
-                    if let Some(p) = &mut pending_exit {
-                        p.1 = Instant::now();
-                    }
-                    if a.echo {
-                        rep.echo(ms(), &raw);
-                    }
-                    if raw.trim().is_empty() {
-                        continue;
-                    }
-                    let line = classifier.classify(&raw);
-                    if server.is_none() {
-                        if let Some(k) = classifier.kind() {
-                            server = Some(k.name.clone());
-                            judge.set_server(&k.name);
-                            proof.config_mut().set_speculation(&profiles, Some(&k.name), &argv);
-                            if a.probe_timeout.is_none() {
-                                probe_timeout = Duration::from_secs_f64(k.probe_timeout_secs);
-                            }
-                            rep.emit(Some(ms()), &WatchEvent::Detected { server: &k.name, line: None });
-                            if let Some(h) = &mut sinks.history {
-                                h.detected(&profiles, &k.name);
-                            }
-                        }
-                    }
-                    if let Some(h) = &mut sinks.history {
-                        h.line(&raw, &mut judge);
-                        for n in std::mem::take(&mut h.notes) {
-                            rep.note(ms(), &n);
-                        }
-                    }
-                    // the server's own speculation counts (vLLM's periodic log line), a fact for the proof
-                    proof.line(&line.message);
-                    events = judge.feed(Fact { at: Some(ms()), input: Input::Line(Box::new(line)) });
-                }
-                Some(SourceMsg::Note(n)) => rep.note(ms(), &n),
-                Some(SourceMsg::Disconnected) => {
-                    // in-flight probes went through the dead connection; none start until it is back
-                    let was_down = std::mem::replace(&mut link_down, true);
-                    if let Some(h) = probe_task.take() {
-                        h.abort();
-                    }
-                    if let Some(h) = gen_task.take() {
-                        h.abort();
-                    }
-                    if !was_down {
-                        rep.emit(Some(ms()), &WatchEvent::Disconnected);
-                    }
-                }
-                Some(SourceMsg::Resumed) => link_down = false,
-                Some(SourceMsg::Reconnected { host, down_ms, offset }) => {
-                    // probes resume on their schedule: a drop changes nothing the server does
-                    link_down = false;
-                    rep.emit(Some(ms()), &WatchEvent::Reconnected { to: &host, down_ms, log_offset: offset });
-                }
-                Some(SourceMsg::Lost(why)) => {
-                    return Err(CliError::Unreachable(why));
-                }
-                None => {
-                    lines_open = false;
-                    rep.note(ms(), "the log source ended");
-                    events = judge.feed(Fact { at: Some(ms()), input: Input::Eof });
-                }
-            },
-            Some((x, need)) = exit_rx.recv() => {
-                if has_log && lines_open {
-                    let now = Instant::now();
-                    pending_exit = Some((x, now, now, need));
-                } else {
-                    exit_now = Some(x);
-                }
-            }
-            r = pending(&mut probe_task) => {
-                probe_task = None;
-                let r = r.map_err(|e| CliError::Internal(format!("probe task: {e}")))?;
-                let key = (r.outcome, r.note.clone());
-                if last_probe.as_ref() != Some(&key) {
-                    let latency_ms = r.latency.as_millis() as u64;
-                    rep.emit(Some(ms()), &WatchEvent::Probe { outcome: r.outcome, status: r.status, latency_ms, note: &r.note });
-                    last_probe = Some(key);
-                }
-                if r.cert_error && !cert_noted {
-                    // Said once, whatever the output mode: retrying will not fix it unless the server's
-                    // certificate changes (an ingress serving a placeholder until its secret loads does).
-                    rep.note(ms(), &format!("health probe: {}", r.note));
-                    cert_noted = true;
-                }
-                if let Some(m) = &metrics {
-                    m.probe_latency(r.latency.as_secs_f64());
-                }
-                // A 200 from a process outside the server's tree (a squatter on the port) proves nothing:
-                // asked only before ready, where it matters and the scan is affordable.
-                let mut foreign = None;
-                if r.outcome == ProbeOutcome::Ok && !dummy_health && !proof.watching() {
-                    if let (Some(pid), Some(t)) = (a.pid, &target) {
-                        foreign = foreign_holder(pid, t).map(|h| (t.port, h));
-                    }
-                }
-                if let Some((port, h)) = &foreign {
-                    if !squatter_noted {
-                        rep.note(ms(), &format!("port {port} answers, but it is held by pid {} ({}), not the server's process tree: not ready", h.0, rep.redact(&h.1)));
-                        squatter_noted = true;
-                    }
-                }
-                let outcome = vigil_core::proof::health_fact(r.outcome, dummy_health, foreign.is_some());
-                if outcome == ProbeOutcome::Ok && proof.watching() {
-                    if let Some(n) = &mut sinks.notifier {
-                        n.healthy();
-                    }
-                }
-                events = judge.feed(Fact { at: Some(ms()), input: Input::Probe(outcome) });
-                let every = if !has_log || log_says_up { a.interval } else { rare };
-                next_probe = Instant::now() + every;
-            }
-            Some(c) = busy_rx.recv() => {
-                events = judge.feed(Fact { at: Some(ms()), input: Input::Compiling(c) });
-            }
-            Some(h) = gpu_rx.recv() => {
-                if last_gpu.as_ref() != Some(&h) {
-                    if h.host_pids && last_gpu.as_ref().is_none_or(|l| !l.host_pids) {
-                        rep.note(ms(), "NVML reports pids of another pid namespace (a container?): using per-GPU totals");
-                    }
-                    rep.emit(Some(ms()), &WatchEvent::Gpu { held_mib: h.total_mib, per_gpu_mib: &h.per_gpu, host_pids: h.host_pids });
-                }
-                let fact = vigil_core::GpuFact { total_mib: h.total_mib, describe: crate::gpu::describe(&h.per_gpu) };
-                last_gpu = Some(h);
-                events = judge.feed(Fact { at: Some(ms()), input: Input::Gpu(fact) });
-            }
-            Some(g) = gpu_ev_rx.recv() => {
-                // the server's GPUs: those its tree holds memory on (all, before a reading)
-                let ours = last_gpu.as_ref().is_none_or(|h| h.per_gpu.is_empty() || h.per_gpu.contains_key(&g.gpu));
-                if ours {
-                    events = judge.feed(Fact { at: Some(ms()), input: Input::GpuEvent(g) });
-                }
-            }
-            Some(m) = emetrics_rx.recv() => {
-                emetrics_live = m.is_some();
-                if let Some(s) = m {
-                    if emetrics_last.as_ref() != Some(&s) {
-                        emetrics_last = Some(s.clone());
-                        events.push(Event::EngineMetrics(s.clone()));
-                    }
-                    events.extend(judge.feed(Fact { at: Some(ms()), input: Input::Metrics(s) }));
-                }
-            }
-            Some(s) = tree_rx.recv() => {
-                if let Some(p) = server.as_deref().and_then(|k| profiles.get(k)) {
-                    tree_watch.set_titles(&p.engine_titles);
-                }
-                for d in tree_watch.observe(ms(), &s) {
-                    events.extend(judge.feed(Fact { at: Some(ms()), input: Input::EngineDied(d) }));
-                }
-                events.extend(tree_watch.new_engines().into_iter().map(Event::Engine));
-            }
-            g = pending(&mut gen_task) => {
-                gen_task = None;
-                gen_done = Some(g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?);
-            }
-            _ = tick.tick() => {
-                // A remote exit tells the log size at that moment: judge once every byte of it is here.
-                let got = a.remote.as_ref().map(|w| w.bytes.load(std::sync::atomic::Ordering::SeqCst));
-                let drained = pending_exit.as_ref().is_some_and(|(_, last, first, need)| match (need, got) {
-                    (Some(n), Some(g)) => g >= *n || first.elapsed() >= EXIT_DRAIN_MAX * 3 || !lines_open,
-                    _ => last.elapsed() >= EXIT_DRAIN || first.elapsed() >= EXIT_DRAIN_MAX || !lines_open,
-                });
-                events = if drained {
-                    let (x, _, _, _) = pending_exit.take().unwrap();
-                    exit_now = Some(x);
-                    vec![]
-                } else {
-                    judge.feed(Fact { at: Some(ms()), input: Input::Tick })
-                };
-            }
-        }
-        if let Some(ServerEnd { exit: x, requested: asked }) = exit_now.take() {
-            // After ready, an exit that was asked for (`vigil down`) or a clean status 0 ends the watch in
-            // order: not a crash, and not a later "unhealthy" from probes of a server that is gone.
-            if proof.watching() && judge.exit_is_orderly(&x, asked) {
-                let how = crate::up::stopped_how(&x, asked);
-                rep.emit(
-                    Some(ms()),
-                    &WatchEvent::Stopped { how: &how, exit_code: x.code, signal: x.signal, requested: asked },
-                );
-                sinks.stopping(&how);
-                if let Some(p) = &sinks.verdict_file {
-                    let mut r = judge.report().cloned().unwrap_or_else(|| judge.final_report());
-                    r.detail = Some(how.clone());
-                    let _ = crate::run::write_json(p, &r);
-                }
-                return Ok(Outcome { code: exit::READY, report: None, interrupted: false });
-            }
-            events.extend(judge.feed(Fact { at: Some(ms()), input: Input::Exit(x) }));
-        }
-        if let Some(h) = &mut sinks.history {
-            h.observe(&judge);
-        }
-        let mut phase_changed = false;
-        for ev in &events {
-            match ev {
-                Event::ProbeNow { .. } => {
-                    log_says_up = true;
-                    probe_asap = true;
-                }
-                Event::Phase { phase, .. } => {
-                    if let (Some(tx), Some((_, Some(r)))) = (&a.phase_tx, &a.tag) {
-                        let _ = tx.send((*r, *phase));
-                    }
-                    phase_changed = true;
-                    if let Some(n) = &sinks.notifier {
-                        n.status(&format!("{} {phase}", server.as_deref().unwrap_or("server")));
-                    }
-                }
-                Event::Progress { phase, progress, .. } => {
-                    if let Some(n) = &sinks.notifier {
-                        n.status(&format!(
-                            "{} {phase} {}/{}",
-                            server.as_deref().unwrap_or("server"),
-                            progress.k,
-                            progress.n
-                        ));
-                    }
-                }
-                Event::Verdict(_)
-                | Event::Slow(_)
-                | Event::EngineDied(_)
-                | Event::Engine(_)
-                | Event::Evidence(_)
-                | Event::OnStall(_)
-                | Event::EngineMetrics(_)
-                | Event::GpuEvent(_) => {}
-            }
-            rep.event(ms(), ev);
-        }
-        // A verdict from the judge.
-        if let Some(Event::Verdict(r)) = events.iter().find(|e| matches!(e, Event::Verdict(_))) {
-            let r = (**r).clone();
-            if r.verdict == Verdict::Ready && *proof.stage() == vigil_core::proof::Stage::Starting {
-                match proof.judge_ready(ms(), r, judge.degraded()) {
-                    Step::Prove => {
-                        rep.note(ms(), "health is good: proving generation with one real completion");
-                        next_gen = Instant::now();
-                    }
-                    Step::Ready { report, watching } => {
-                        if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &report, watching) {
-                            return Ok(o);
-                        }
-                        next_gen = Instant::now() + a.generate_every;
-                    }
-                    _ => {}
-                }
-            } else {
-                if let Some(h) = probe_task.take() {
-                    h.abort();
-                }
-                // issue #17: where every process of a stuck server is, before the verdict is told
-                let mut r = r;
-                let run_dir = a.exit_state.as_deref().and_then(|p| p.parent());
-                crate::evidence::at_verdict(&mut rep, ms(), &mut r, a.pid, run_dir, &a.secrets, a.remote.as_ref())
-                    .await;
-                let port = target
-                    .as_ref()
-                    .filter(|t| t.host == "localhost" || t.host.starts_with("127."))
-                    .map(|t| t.port)
-                    .or(cmd_port);
-                match (a.pid, a.remote.as_ref()) {
-                    (None, Some(w)) => crate::policy::on_verdict_remote(&mut rep, ms(), &mut r, &a, w).await,
-                    _ => crate::policy::on_verdict(&mut rep, ms(), &mut r, &a, port),
-                }
-                update_metrics(&metrics, &judge, server.as_deref(), r.verdict);
-                sinks.verdict(&r);
-                rep.verdict(ms(), &r, None);
-                return Ok(Outcome::verdict(exit::for_verdict(r.verdict), r));
-            }
-        }
-        // A generation proof came back.
-        if let Some(g) = gen_done {
-            rep.emit(Some(ms()), &WatchEvent::Generation(&g));
-            match proof.generation(ms(), &g, judge.degraded()) {
-                Step::Ready { report, watching } => {
-                    if let Some(o) = announce_ready(&mut rep, &mut sinks, ms(), &report, watching) {
-                        return Ok(o);
-                    }
-                    next_gen = Instant::now() + a.generate_every;
-                }
-                Step::Unhealthy(r) => {
-                    sinks.verdict(&r);
-                    rep.verdict(ms(), &r, None);
-                    return Ok(Outcome::verdict(exit::UNHEALTHY, *r));
-                }
-                Step::RetryAt { at, note } => {
-                    rep.note(ms(), &format!("generation proof failed ({note}), retrying"));
-                    next_gen = Instant::now() + Duration::from_millis(at.saturating_sub(ms()));
-                }
-                Step::Probe(outcome) => {
-                    if !g.ok {
-                        rep.note(ms(), &format!("generation probe failed: {}", g.note));
-                    }
-                    let ev = judge.feed(Fact { at: Some(ms()), input: Input::Probe(outcome) });
-                    if let Some(Event::Verdict(r)) = ev.iter().find(|e| matches!(e, Event::Verdict(_))) {
-                        sinks.verdict(r);
-                        rep.verdict(ms(), r, None);
-                        return Ok(Outcome::verdict(exit::for_verdict(r.verdict), (**r).clone()));
-                    }
-                    next_gen = Instant::now() + a.generate_every;
-                }
-                Step::Prove | Step::Wait => {}
-            }
-        }
-        // Schedule the next probe and generation; never two at once.
-        if let Some(t) = target.as_ref().filter(|_| !link_down) {
-            if probe_task.is_none() && (probe_asap || Instant::now() >= next_probe) {
-                probe_asap = false;
-                let t = t.clone();
-                let b = bearer.clone();
-                let pt = probe_timeout;
-                probe_task = Some(tokio::spawn(async move { probe::probe(&t, pt, b.as_deref()).await }));
-            }
-            // while the server's own metrics show engine progress, no generation probes (issue #17)
-            let want_gen = proof.wants_generation() && !(proof.watching() && emetrics_live);
-            if want_gen && gen_task.is_none() && Instant::now() >= next_gen {
-                let t = t.clone();
-                let b = bearer.clone();
-                let spec = profiles.proof_for(server.as_deref()).clone();
-                // speculation numbers are read for the proof, not for every later generation probe
-                let wants_spec = proof.config().spec.is_some();
-                let read_spec = wants_spec && !proof.watching();
-                // one attempt never outlasts the whole proof budget
-                let to = probe_timeout.max(Duration::from_secs(30)).min(a.generate_timeout);
-                let hint = proof::model_hint(&argv);
-                let tokens = proof::proof_tokens(wants_spec);
-                gen_task = Some(tokio::spawn(async move {
-                    proof::generate_with(&spec, &t, to, b.as_deref(), hint, tokens, read_spec).await
-                }));
-            }
-        }
-        let gpu_txt =
-            last_gpu.as_ref().filter(|h| h.total_mib > 0).map(|h| format!("GPU {}", crate::gpu::describe(&h.per_gpu)));
-        let probe_txt = match (&last_probe, &gpu_txt) {
-            (Some((_, n)), Some(g)) => Some(format!("{n} · {g}")),
-            (Some((_, n)), None) => Some(n.clone()),
-            (None, Some(g)) => Some(g.clone()),
-            (None, None) => None,
-        };
-        let probe_txt = probe_txt.as_deref();
-        if !proof.watching() {
-            rep.live(ms(), &judge, server.as_deref(), probe_txt);
-        }
-        update_metrics(&metrics, &judge, server.as_deref(), judge.state());
-        // systemd's start deadline follows vigil's own judgement: while starting, it is kept beyond the
-        // moment vigil would call the startup stalled (or timed out), renewed on every sign of progress
-        // (a log line, a phase change, a GPU memory change: the judge's `since_progress`) and, in a
-        // silent phase, for as long as the phase's stall limit allows.
-        if !proof.watching() {
-            if let Some(n) = &mut sinks.notifier {
-                let to_timeout = a.timeout.saturating_sub(t0.elapsed());
-                let left = if has_log {
-                    let limit = judge.config().stall_limit_ms(judge.phase());
-                    Duration::from_millis(limit.saturating_sub(judge.since_progress_ms())).min(to_timeout)
-                } else {
-                    to_timeout
-                };
-                n.extend(left, phase_changed);
-            }
-        }
-    }
+    proof_cfg.set_speculation(profiles, server.as_deref(), &argv);
+    let set = Settings::new(&a, target.is_some(), dummy_health);
+    let parts = Parts {
+        profiles,
+        judge,
+        classifier,
+        proof: Proof::new(proof_cfg),
+        tree: tree_watch,
+        history: Some(history),
+        server,
+        probe_timeout,
+    };
+    let io = Io {
+        model_hint: proof::model_hint(&argv),
+        a,
+        t0,
+        rep,
+        sinks,
+        target,
+        bearer,
+        cmd_port,
+        probe_task: None,
+        gen_task: None,
+    };
+    Ok((Watch::new(set, parts), io, sources))
 }
 
 fn server_name_for_metrics(p: &Option<vigil_core::profile::Profile>) -> Option<&str> {
@@ -898,18 +734,6 @@ fn update_metrics(m: &Option<Metrics>, j: &Judge, server: Option<&str>, v: Verdi
         }
         m.update(j.phase(), Duration::from_millis(j.in_phase_ms().unwrap_or(0)), v);
     }
-}
-
-/// Prints the ready verdict, tells systemd; returns the outcome unless watching continues.
-fn announce_ready(rep: &mut Reporter, sinks: &mut Sinks, t: u64, r: &Report, watch: bool) -> Option<Outcome> {
-    sinks.verdict(r);
-    rep.verdict(t, r, None);
-    let code = if r.degraded.is_some() { exit::DEGRADED } else { exit::READY };
-    if watch {
-        rep.note(t, "watching: health and generation probes, the log, the process");
-        return None;
-    }
-    Some(Outcome::verdict(code, r.clone()))
 }
 
 /// The process listening on a loopback target's port, when it is not `pid` or one of its descendants.

@@ -255,12 +255,14 @@ pub struct Classifier<'p> {
     profiles: &'p Profiles,
     kind: Option<usize>,
     forced: bool,
+    /// The table file of the frame line just read (its code line may name the next call).
+    frame_file: Option<&'static str>,
 }
 
 impl<'p> Classifier<'p> {
     pub fn new(profiles: &'p Profiles, forced: Option<&str>) -> Classifier<'p> {
         let kind = forced.and_then(|f| profiles.list.iter().position(|p| p.name == f));
-        Classifier { profiles, kind, forced: kind.is_some() }
+        Classifier { profiles, kind, forced: kind.is_some(), frame_file: None }
     }
 
     /// The detected (or forced) server kind.
@@ -292,11 +294,59 @@ impl<'p> Classifier<'p> {
             None => (text.clone(), None, None, None, false),
         };
         let mut hit = candidates().find_map(|p| match_rules(p, &message));
+        // A traceback frame of a server's own code: the frame table says its phase, where no rule matched or
+        // the rule that did names only a cause (vLLM's busy-loop frames: engine_dead).
+        // (The framework layer's plain frame rule, which opens a block and says nothing more, gives way.)
+        let table_may = match &hit {
+            None => true,
+            Some(h) => h.phase.is_none() && matches!(h.kind, RuleKind::Implies | RuleKind::Error) && !h.terminal,
+        };
+        let table = crate::frames::FrameTable::builtin();
+        // A code line under a frame of a file the table knows (`    self.maybe_init_draft_worker()`): the
+        // function it calls, in that file, is where the process went next (a pasted traceback often ends there).
+        let code_call = match (self.frame_file.take(), &hit) {
+            // (the code is what follows the last four-space indent: a process tag may come before it)
+            (Some(file), None) if message.contains("    ") && !message.contains("File \"") => {
+                let code = message.rsplit("    ").next().unwrap_or("");
+                crate::frames::called(code).and_then(|f| table.get(file, f))
+            }
+            _ => None,
+        };
+        if message.contains("File \"") {
+            self.frame_file = table.file_of(&message);
+        }
+        let found = if table_may && message.contains("File \"") { table.lookup(&message) } else { code_call };
+        if table_may {
+            if let Some((row, file, func)) = found {
+                if let Some(h) = hit.as_mut().filter(|h| h.cause.is_some() || h.hint.is_some()) {
+                    h.phase = Some(row.phase);
+                    h.kind = RuleKind::Implies;
+                } else {
+                    hit = Some(Hit {
+                        profile: row.server.to_string(),
+                        rule: "frames".to_string(),
+                        kind: RuleKind::Implies,
+                        phase: Some(row.phase),
+                        again: None,
+                        cause: None,
+                        hint: None,
+                        terminal: false,
+                        force: false,
+                        k: None,
+                        n: None,
+                        detail: None,
+                        source: Some(format!("profiles/frames.tsv: {file} {func}")),
+                    });
+                }
+            }
+        }
         // A server's frame or error rule that names no cause does not hide the framework layer's cause on
         // the same line (vLLM's "while processing method init_device: NCCL error: ..." is the init phase
         // and an NCCL error at once).
         if let Some(h) = hit.as_mut().filter(|h| {
-            h.cause.is_none() && h.profile != "generic" && matches!(h.kind, RuleKind::Error | RuleKind::Implies)
+            h.cause.is_none()
+                && h.profile != "generic"
+                && matches!(h.kind, RuleKind::Error | RuleKind::Implies | RuleKind::Unhealthy)
         }) {
             if let Some((c, hint)) = cause_in(self.profiles.generic(), &message) {
                 h.cause = Some(c);

@@ -281,6 +281,16 @@ pub enum Event {
     /// An engine process of the server's tree died while the server process lives (the verdict follows
     /// after the quiet period, unless the log or the server's exit names a better cause first).
     EngineDied(EngineDeath),
+    /// An error block that would have ended the start was followed by progress in the same or an earlier
+    /// phase: the server retried and went on (llama.cpp's fit step loads the model once to measure it, logs
+    /// its failure, and then loads it for real). Recorded, not a crash (issue #24).
+    Retried {
+        /// The phase the server went on in.
+        phase: Phase,
+        /// The block's first line and the line that showed the server going on.
+        error: String,
+        went_on: String,
+    },
     /// A terminal or state-changing verdict.
     Verdict(Box<Report>),
 }
@@ -334,14 +344,36 @@ struct Block {
     cause: Option<Cause>,
     hint: Option<String>,
     terminal: bool,
+    /// The furthest phase the block's error lines name.
     implied: Option<Phase>,
     forced: Option<Phase>,
+    /// Traceback frames (the frame table, `implies` rules): the innermost startup frame's phase, whether a
+    /// draft worker's frame is outside it, whether a serving frame was seen.
+    frame: Option<Phase>,
+    draft_frame: bool,
+    serving_frame: bool,
+    /// An error rule matched in the block (not only frames).
+    error: bool,
     last_at: u64,
     /// Holds a request-scoped failure: the block does not prove a crash when the text ends in it.
     benign: bool,
 }
 
 impl Block {
+    /// What the block's frames say (issue #24): the innermost frame the table knows, as Python prints the
+    /// innermost last. Serving code under a startup frame was run by the start (the KV profiling's or the
+    /// capture's dummy forward, TGI's warmup prefill), so a serving frame decides only when no startup frame
+    /// is there. A draft worker's frame outside a frame of the target's phases (its init builds a model
+    /// runner like the target's; its capture is the draft's) makes it the draft's phase.
+    fn frame_phase(&self) -> Option<Phase> {
+        match self.frame {
+            Some(p) if self.draft_frame && p < Phase::DraftWeights => Some(Phase::DraftWeights),
+            Some(Phase::CudaGraphs) if self.draft_frame => Some(Phase::DraftCudaGraphs),
+            Some(p) => Some(p),
+            None => self.serving_frame.then_some(Phase::Serving),
+        }
+    }
+
     fn push(&mut self, s: &str) {
         if self.head.len() < BLOCK_HEAD {
             self.head.push(s.to_string());
@@ -671,7 +703,25 @@ impl Judge {
                 b.last_at = self.now;
             } else {
                 let b = self.block.take().unwrap();
-                if b.terminal {
+                // Progress in the phase the start is in, or an earlier one (not a new process's first line),
+                // right after the block: the server went on, so the block was an error it retried.
+                let went_on = hit.as_ref().and_then(|h| match h.kind {
+                    RuleKind::Phase | RuleKind::Progress => h.phase,
+                    _ => None,
+                });
+                if let (true, Some(p)) = (b.error && !b.benign, went_on) {
+                    if p != Phase::Launch && p <= self.phase && self.state == Verdict::Starting {
+                        ev.push(Event::Retried {
+                            phase: p,
+                            error: b.head.first().cloned().unwrap_or_default(),
+                            went_on: l.text.clone(),
+                        });
+                    } else if b.terminal {
+                        self.crash(b, ev);
+                        self.remember(&l.text);
+                        return;
+                    }
+                } else if b.terminal {
                     self.crash(b, ev);
                     self.remember(&l.text);
                     return;
@@ -684,6 +734,7 @@ impl Judge {
         }
         if let (Some(h), Some(b)) = (&hit, &mut self.block) {
             b.benign |= h.kind == RuleKind::RequestError;
+            b.error |= h.kind == RuleKind::Error && h.profile != "generic" || h.cause.is_some() || h.terminal;
             if matches!(h.kind, RuleKind::Error | RuleKind::Implies) {
                 if let Some(c) = h.cause {
                     b.cause = Some(c);
@@ -695,13 +746,20 @@ impl Judge {
                 if let Some(p) = h.phase {
                     if h.force {
                         b.forced = Some(p);
-                    } else {
-                        b.implied = Some(b.implied.map_or(p, |q| q.max(p)));
+                    } else if h.kind == RuleKind::Implies {
                         // Python prints frames outermost first: a deeper frame that implies a phase of its
                         // own decides over a forced outer one (vLLM's capture under _initialize_kv_caches).
-                        if h.kind == RuleKind::Implies {
-                            b.forced = None;
+                        b.forced = None;
+                        match p {
+                            Phase::Serving => b.serving_frame = true,
+                            Phase::DraftWeights | Phase::DraftCudaGraphs => {
+                                b.draft_frame = true;
+                                b.frame = Some(p);
+                            }
+                            _ => b.frame = Some(p),
                         }
+                    } else {
+                        b.implied = Some(b.implied.map_or(p, |q| q.max(p)));
                     }
                 }
             }
@@ -1021,10 +1079,16 @@ impl Judge {
         // capture_model under `_initialize_kv_caches`, with no capture line printed yet): the furthest of the two.
         // Except serving: the batch loop's frames also run the warmup request, so once the HTTP side is up
         // they do not prove a request beyond it (corpus sglang-gptqmodel2537).
-        let phase = b.forced.unwrap_or(match (self.phase, b.implied) {
-            (p, Some(Phase::Serving)) if p >= Phase::Http => p,
-            (p, Some(q)) => p.max(q),
-            (p, None) => p,
+        // A start-up frame says where the failing process was, which the last phase line of the whole log
+        // may not (vLLM prints its compile lines from inside the KV-cache profiling): the frames decide then.
+        let frames = b.frame_phase();
+        let phase = b.forced.unwrap_or(match (self.phase, b.implied, frames) {
+            (_, e, Some(f)) if f != Phase::Serving => e.map_or(f, |e| e.max(f)),
+            (p, e, f) => match e.max(f) {
+                Some(Phase::Serving) if p >= Phase::Http => p,
+                Some(q) => p.max(q),
+                None => p,
+            },
         });
         let cause = b.cause.unwrap_or(Cause::Unknown);
         let hint = b.hint.clone().or_else(|| Some(hint_for(cause, phase).to_string()));

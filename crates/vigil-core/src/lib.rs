@@ -5,6 +5,7 @@ pub mod classify;
 pub mod engine_metrics;
 pub mod evidence;
 pub mod fleet;
+pub mod frames;
 pub mod gpu_health;
 pub mod history;
 pub mod judge;

@@ -39,6 +39,18 @@ pub struct ProfileFile {
     /// What the startup history (docs/history.md) needs to know of this server.
     #[serde(default)]
     pub history: HistorySpec,
+    /// Where each phase starts in the server's own code, for `scripts/frames/gen.py` (issue #24): the judge
+    /// reads the table that script writes (`profiles/frames.tsv`), not these.
+    #[serde(default)]
+    pub frame_entry: Vec<FrameEntrySpec>,
+}
+
+/// `phase` starts at `at`: `file:qualified name` under the server's package, both fnmatch patterns.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct FrameEntrySpec {
+    pub phase: String,
+    pub at: String,
 }
 
 /// The generation proof of a server kind, as data. `body` is the JSON request, in which the strings
@@ -743,7 +755,9 @@ impl Profile {
                 source: r.source.clone(),
                 narrow: r.narrow.clone(),
             };
-            if matches!(rule.kind, RuleKind::Phase | RuleKind::Implies) && rule.phase.is_none() {
+            // An `implies` rule may name only a cause: its frames' phase is then the frame table's.
+            let needs_phase = rule.kind == RuleKind::Phase || (rule.kind == RuleKind::Implies && rule.cause.is_none());
+            if needs_phase && rule.phase.is_none() {
                 return Err(ProfileError(format!("{origin}: {what}: kind needs a phase")));
             }
             let has = |n: &str| names.iter().any(|x| x == n);

@@ -260,6 +260,10 @@ impl Reporter {
                 let s = format!("[{:>7}] {} died; the server process lives", fmt_t(t_ms), d.describe());
                 self.print(&s);
             }
+            (_, Event::Retried { phase, error, went_on }) => {
+                let s = format!("[{:>7}] retried in {phase}: `{error}`, then `{went_on}`", fmt_t(t_ms));
+                self.print(&s);
+            }
             (_, Event::Slow(x)) => {
                 let s = crate::history::slow_text(x);
                 self.print(&format!("[{:>7}] {}", fmt_t(t_ms), self.paint(&s, "33")));

@@ -32,10 +32,12 @@ pub const SUPERVISION: &str = "Supervision";
 pub const REMOTE: &str = "Remote (SSH)";
 /// The global `--profiles`.
 pub const PROFILES: &str = "Profiles";
+/// `up --multi-node` inside a Slurm job (docs/slurm.md).
+pub const SLURM: &str = "Slurm job (srun vigil up --multi-node)";
 
 /// Every heading, for the test that no flag uses a misspelt one.
 #[cfg(test)]
-pub const HEADINGS: &[&str] = &[TARGET, PROBING, LIMITS, PROOF, OUTPUT, LAUNCH, SUPERVISION, REMOTE, PROFILES];
+pub const HEADINGS: &[&str] = &[TARGET, PROBING, LIMITS, PROOF, OUTPUT, LAUNCH, SUPERVISION, REMOTE, PROFILES, SLURM];
 
 pub const ABOUT: &str = "\
 Brings up and watches LLM inference servers (SGLang, vLLM, llama-server, TGI).

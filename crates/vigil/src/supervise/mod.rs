@@ -6,4 +6,5 @@ pub mod evidence;
 pub mod hosts;
 pub mod policy;
 pub mod remote_evidence;
+pub mod slurm;
 pub mod wait;

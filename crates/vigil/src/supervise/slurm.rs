@@ -428,17 +428,23 @@ async fn head(
         let _ = tx.send(Msg::Stop { code, why: why.clone() });
     }
     let mut worst = code;
+    let mut all_stopped = true;
     if !(a.keep && interrupted) && !node.stop(&name, a.grace, &mut rep).await? {
         worst = exit::worst(worst, exit::NOT_STOPPED);
+        all_stopped = false;
     }
-    // each rank answers when its server is stopped (bounded: its grace and a margin)
+    // each rank answers when its server is stopped (bounded: its grace and a margin); a rank that never
+    // joined, went away or does not answer may have left its server running
     let mut waiting: Vec<bool> = senders.iter().map(|s| s.is_some()).collect();
+    let mut confirmed = vec![false; n];
+    confirmed[0] = true;
     let by = tokio::time::Instant::now() + a.grace + Duration::from_secs(15);
     while waiting.iter().any(|w| *w) {
         tokio::select! {
             Some(ev) = erx.recv() => match ev {
                 Ev::Got(r, Msg::Stopped { ok }) => {
                     waiting[r] = false;
+                    confirmed[r] = ok;
                     if !ok {
                         worst = exit::worst(worst, exit::NOT_STOPPED);
                         rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} ({}): its server was not stopped", job.nodes[r]));
@@ -455,8 +461,9 @@ async fn head(
         }
     }
     drop(senders);
+    all_stopped &= confirmed.iter().all(|c| *c);
     if !interrupted && fleet::ends_allocation(exit::Exit::from_code(code)) {
-        end_allocation(&job, flags.scancel, &mut rep, t0).await;
+        end_allocation(&job, flags.scancel, all_stopped, code, &mut rep, t0).await;
     }
     Ok(worst)
 }
@@ -501,20 +508,26 @@ fn serve_conn(s: TcpStream, n: usize, etx: UnboundedSender<Ev>) {
     });
 }
 
-/// `scancel` of the step or the job, after the evidence is saved and the servers stopped.
-async fn end_allocation(job: &Job, s: Scancel, rep: &mut Reporter, t0: Instant) {
+/// Ends the step or the job after a failure verdict, the evidence saved and the servers stopped. The step:
+/// when every rank confirmed its stop, every vigil is exiting with the verdict's code and the step ends
+/// with them (a `scancel` of its own step would kill this vigil before its exit code is told); otherwise
+/// (a rank lost, silent or not stopped) `scancel JOB.STEP`. The job: `scancel JOB`.
+async fn end_allocation(job: &Job, s: Scancel, all_stopped: bool, code: i32, rep: &mut Reporter, t0: Instant) {
     let t = t0.elapsed().as_millis() as u64;
     let Some(target) = job.target(s) else {
-        rep.note(t, "--scancel none: the job step is left to the batch script");
+        rep.note(t, "--scancel none: the allocation is left to the batch script");
         return;
     };
-    rep.note(
-        t,
-        &format!(
-            "a failure verdict: ending Slurm {} {target} (scancel) to release the allocation",
-            if target.contains('.') { "step" } else { "job" }
-        ),
-    );
+    let step = target.contains('.');
+    if step && all_stopped {
+        rep.note(
+            t,
+            &format!("every rank stopped its server: Slurm step {target} ends as its vigils exit (exit {code})"),
+        );
+        return;
+    }
+    let what = if step { "step" } else { "job" };
+    rep.note(t, &format!("a failure verdict: ending Slurm {what} {target} (scancel) to release the allocation"));
     if let Err(e) = run_cmd("scancel", &[&target]).await {
         rep.note(t0.elapsed().as_millis() as u64, &format!("scancel {target} failed: {}", e.message()));
     }
@@ -665,7 +678,7 @@ async fn member(
     };
     // the head cannot end the allocation: this rank does, for its own failure only
     if head_lost.is_some() && !interrupted && fleet::ends_allocation(exit::Exit::from_code(own_code)) {
-        end_allocation(&job, flags.scancel, &mut rep, t0).await;
+        end_allocation(&job, flags.scancel, false, own_code, &mut rep, t0).await;
         code = own_code;
     }
     Ok(if ok { code } else { exit::worst(code, exit::NOT_STOPPED) })

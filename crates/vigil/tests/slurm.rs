@@ -144,7 +144,11 @@ fn left_in(dir: &Path) -> Vec<String> {
 
 /// Two free ports PREFIX·10 and PREFIX·10+1, for `--port PREFIX{node_rank}`.
 fn port_prefix() -> u32 {
-    let start = 2100 + (std::process::id() % 1500);
+    // each call starts elsewhere: tests of one process run at once, and a port probed free here is only
+    // taken when the job's server starts
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let start = 2100 + (std::process::id() % 1000) + n * 300;
     (start..6000)
         .find(|k: &u32| {
             let a = std::net::TcpListener::bind(("127.0.0.1", (k * 10) as u16));
@@ -206,8 +210,13 @@ fn e2e_slurm_good_start_two_nodes_then_the_jobs_end_stops_both() {
     job.wait_end();
     let ev = job.events();
     assert!(!job.text().contains("ending Slurm"), "vigil ended nothing itself:\n{}", job.text());
+    // the job's end reached both nodes: no rank was taken for lost, no failure code
+    assert!(!job.text().contains("went away"), "{}", job.text());
+    assert!(!job.text().contains("Exited with exit code"), "every vigil exits 0 or is ended by Slurm:\n{}", job.text());
+    // each server is gone: stopped by its vigil, or ended by Slurm's own SIGTERM to the step first
     for r in 0..2u64 {
-        assert!(said(&ev, r, "none left"), "rank {r} stopped its server:\n{}", job.text());
+        let stopped = said(&ev, r, "none left") || said(&ev, r, "nothing running");
+        assert!(stopped, "rank {r} stopped its server:\n{}", job.text());
     }
     assert!(left_in(&d.0).is_empty(), "left running: {:?}", left_in(&d.0));
     assert_eq!(job.state(), "CANCELLED");

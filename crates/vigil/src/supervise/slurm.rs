@@ -399,7 +399,11 @@ async fn head(
                 _ = crate::signals::next_interrupt() => { interrupted = true; code = exit::READY; why = "interrupted".into(); break; }
                 end = node.wait_exit(&name) => {
                     let x = &end.exit;
-                    if x.orderly_after_ready(end.requested) {
+                    if job_ending().await {
+                        why = "interrupted: the job step is ending".into();
+                        interrupted = true;
+                        code = exit::READY;
+                    } else if x.orderly_after_ready(end.requested) {
                         why = format!("rank 0's server {} after ready", crate::up::stopped_how(x, end.requested));
                         code = exit::READY;
                     } else {
@@ -409,6 +413,13 @@ async fn head(
                     break;
                 }
                 Some(ev) = erx.recv() => match ev {
+                    // the job's end reaches every node: a rank interrupted after ready is an orderly end
+                    Ev::Got(r, Msg::End { code: exit::INTERRUPTED, .. }) => {
+                        why = format!("rank {r} ({}) was interrupted: the job step is ending", job.nodes[r]);
+                        interrupted = true;
+                        code = exit::READY;
+                        break;
+                    }
                     Ev::Got(r, Msg::End { code: c, note, .. }) => { why = format!("rank {r} ({}): {note}", job.nodes[r]); code = c; break; }
                     Ev::Closed(r) => { why = format!("vigil on {} went away", job.nodes[r]); code = exit::UNREACHABLE; senders[r] = None; break; }
                     _ => {}
@@ -466,6 +477,14 @@ async fn head(
         end_allocation(&job, flags.scancel, all_stopped, code, &mut rep, t0).await;
     }
     Ok(worst)
+}
+
+/// The server ended after ready: is the job step ending? Slurm signals every process of the step at once,
+/// the server and this vigil, so vigil's own SIGTERM comes within moments of the server's end (bounded:
+/// 1 s); without it, the end is the server's own (a crash, or an orderly stop asked for).
+async fn job_ending() -> bool {
+    crate::signals::take_interrupt()
+        || tokio::time::timeout(Duration::from_secs(1), crate::signals::next_interrupt()).await.is_ok()
 }
 
 /// A rank's phase into the combined live phase (the least advanced rank's).
@@ -626,6 +645,11 @@ async fn member(
                 own = Some(r);
             }
             end = node.wait_exit(&name), if serving && failed_at.is_none() => {
+                if job_ending().await {
+                    let _ = otx.send(Msg::End { code: exit::INTERRUPTED, verdict: "interrupted".into(), note: "interrupted".into() });
+                    interrupted = true;
+                    break;
+                }
                 let x = &end.exit;
                 let (code, note) = if x.orderly_after_ready(end.requested) {
                     (exit::READY, format!("its server {} after ready", crate::up::stopped_how(x, end.requested)))
@@ -651,7 +675,12 @@ async fn member(
                 head_lost = Some(format!("no word from the head within {}s of this rank's end", answer_in.as_secs()));
                 break;
             }
-            _ = crate::signals::next_interrupt(), if own.is_some() => { interrupted = true; break; }
+            _ = crate::signals::next_interrupt(), if own.is_some() => {
+                // told before this vigil's connection closes: the head must not take it for a lost rank
+                let _ = otx.send(Msg::End { code: exit::INTERRUPTED, verdict: "interrupted".into(), note: "interrupted".into() });
+                interrupted = true;
+                break;
+            }
         }
     }
     if own.is_none() {

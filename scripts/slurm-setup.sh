@@ -2,7 +2,9 @@
 # Starts a real Slurm on loopback for the Slurm tests (issue #27): munged, slurmctld and two slurmd
 # (node names n1 and n2, both on 127.0.0.1: Debian's slurmd is built with multiple-slurmd support,
 # `slurmd -N NAME`), so a job of two nodes runs for real on one machine. Idempotent: daemons already
-# up with the same slurm.conf are left alone; a changed slurm.conf restarts them.
+# up with the same slurm.conf are left alone; a changed slurm.conf restarts them. Processes are tracked as on
+# most clusters, by cgroup (proctrack/cgroup, cgroup v1 freezer, one tree per node: slurm_n1, slurm_n2), so
+# a step's end reaches every process of it, keepers and servers included.
 #
 # Needs root (the daemons run as root; jobs run as their submitter, so an unprivileged user can submit).
 # Run it as root (scripts/test.sh does) after `apt-get install slurm-wlm munge`.
@@ -28,7 +30,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 MpiDefault=none
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/cgroup
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -50,7 +52,14 @@ NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=16901 CPUs=8 RealMemo
 NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=16902 CPUs=8 RealMemory=1000 State=UNKNOWN
 PartitionName=vigil Nodes=n1,n2 Default=YES MaxTime=60 State=UP OverSubscribe=YES
 EOF
-chmod 644 "$CONF.new"
+cat >"$DIR/cgroup.conf" <<EOF
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainDevices=no
+EOF
+chmod 644 "$CONF.new" "$DIR/cgroup.conf"
 export SLURM_CONF=$CONF
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }

@@ -4,7 +4,8 @@
 # `slurmd -N NAME`), so a job of two nodes runs for real on one machine. Idempotent: daemons already
 # up with the same slurm.conf are left alone; a changed slurm.conf restarts them. Processes are tracked as on
 # most clusters, by cgroup (proctrack/cgroup, cgroup v1 freezer, one tree per node: slurm_n1, slurm_n2), so
-# a step's end reaches every process of it, keepers and servers included.
+# a step's end reaches every process of it, keepers and servers included (by process tree where the v1
+# freezer is not mounted).
 #
 # Needs root (the daemons run as root; jobs run as their submitter, so an unprivileged user can submit).
 # Run it as root (scripts/test.sh does) after `apt-get install slurm-wlm munge`.
@@ -20,6 +21,8 @@ done
 mkdir -p "$DIR/state" "$DIR/spool-n1" "$DIR/spool-n2" "$DIR/log"
 chmod 755 "$DIR"
 CONF=$DIR/slurm.conf
+# cgroup tracking needs the v1 freezer hierarchy (Slurm 22.05's cgroup/v1); without it, by process tree
+if [ -d /sys/fs/cgroup/freezer ]; then PROCTRACK=proctrack/cgroup; else PROCTRACK=proctrack/linuxproc; fi
 cat >"$CONF.new" <<EOF
 # written by vigil's scripts/slurm-setup.sh: two nodes on loopback for the tests
 ClusterName=vigiltest
@@ -30,7 +33,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 MpiDefault=none
-ProctrackType=proctrack/cgroup
+ProctrackType=$PROCTRACK
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none

@@ -23,6 +23,13 @@ fn doc_script() -> String {
     format!("{}\n", &DOC[start..start + len])
 }
 
+/// The lines of docs/slurm.md that run `vigil status`, `logs` and `dump` on every node of a job.
+fn doc_job_commands() -> String {
+    let start = DOC.find("```bash\nN=$(squeue").expect("docs/slurm.md has the per-job commands") + "```bash\n".len();
+    let len = DOC[start..].find("\n```").expect("the block ends");
+    format!("{}\n", &DOC[start..start + len])
+}
+
 /// The Slurm to submit to: `SLURM_CONF` (scripts/test.sh exports it), or scripts/slurm-setup.sh's default.
 /// Missing or not answering: a failure under CI=true, a skip otherwise.
 fn slurm_conf() -> Option<String> {
@@ -92,6 +99,19 @@ impl Job {
     }
 
     /// Waits (bounded) for the job to end: `sbatch --wait` returns then.
+    /// Runs a shell script with the job's environment (`JOB`, the vigil under test on PATH), bounded.
+    fn shell(&self, script: &str) -> std::process::Output {
+        let mut c = Command::new("bash");
+        c.arg("-c").arg(script);
+        c.env("JOB", &self.id)
+            .env("SLURM_CONF", &self.conf)
+            .env("PATH", format!("{}:/usr/bin:/bin", self.dir.join("bin").display()))
+            .env("VIGIL_STATE_DIR", self.dir.join("state"))
+            .env("XDG_CONFIG_HOME", "/nonexistent-vigil-test")
+            .current_dir(&self.dir);
+        run_bounded(c, Duration::from_secs(60))
+    }
+
     fn wait_end(&mut self) {
         wait_bounded(&mut self.sbatch.0, T);
     }
@@ -217,6 +237,24 @@ fn e2e_slurm_good_start_two_nodes_then_the_steps_end_stops_both() {
     assert!(hosts.iter().all(|h| h["verdict"] == "ready"), "{m}");
     assert_eq!(job.state(), "RUNNING", "a ready server's job keeps running");
     assert!(!left_in(&d.0).is_empty(), "the servers run while the job runs");
+    // status, logs and dump on every node of the job, as docs/slurm.md gives them
+    let o = job.shell(&doc_job_commands());
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    for t in 0..2 {
+        let name = format!("llama-cpp.job{}.n{t}", job.id);
+        let status = out.lines().any(|l| l.starts_with(&format!("{t}: {name} ")) && l.contains("ready"));
+        assert!(status, "task {t} lists its node's run {name} as ready:\n{out}");
+        // the log's last lines (llama-server stamps each line 0.00.xxx.xxx)
+        assert!(out.lines().any(|l| l.starts_with(&format!("{t}: 0.0"))), "task {t} shows its log:\n{out}");
+        assert!(out.lines().any(|l| l.starts_with(&format!("{t}: ")) && l.contains("evidence of 1 process")), "{out}");
+        let dumps = std::fs::read_dir(job.run_dir(t)).unwrap().flatten();
+        assert!(
+            dumps.into_iter().any(|e| e.file_name().to_string_lossy().starts_with("evidence-")),
+            "dump saved on node {t}"
+        );
+    }
+    assert_eq!(job.state(), "RUNNING", "dump leaves the server running");
     // the step's end as a person (or the job's time limit) gives it: SIGTERM to the step's processes; every
     // vigil stops its server in order and exits 0, and the script goes on
     slurm_cmd(&conf, &["scancel", "--signal=TERM", &format!("{}.0", job.id)]);

@@ -342,3 +342,56 @@ fn e2e_slurm_stall_on_one_node_ends_the_step_with_evidence() {
     assert!(std::fs::read_dir(&dir).map(|r| r.count()).unwrap_or(0) > 0, "evidence files in {}", dir.display());
     assert!(evd.to_string().contains("m1.gguf"), "{evd}");
 }
+
+/// The vigils of this job (`vigil up --multi-node` with this test's server command) and their node.
+fn vigils_of(dir: &Path) -> Vec<(i32, String)> {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if !(cmd.contains("vigil up --multi-node") && cmd.contains(&needle)) || cmd.starts_with("srun") {
+            continue;
+        }
+        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        let node = env
+            .split(|b| *b == 0)
+            .find_map(|kv| kv.strip_prefix(b"SLURMD_NODENAME="))
+            .map(|n| String::from_utf8_lossy(n).into_owned());
+        if let Some(n) = node {
+            v.push((pid, n));
+        }
+    }
+    v
+}
+
+/// Rank 1's vigil is lost after ready (SIGKILL: its server and keeper keep running): the head decides
+/// unreachable, and since that rank cannot confirm its stop, ends the step itself (`scancel JOB.STEP`);
+/// Slurm's end of the step takes the orphaned server with it: nothing is left running.
+#[test]
+fn e2e_slurm_lost_rank_the_head_ends_the_step() {
+    let Some(e) = env() else { return };
+    let Some(conf) = slurm_conf() else { return };
+    let d = TempDir::new("slurm-lost");
+    for r in 0..2 {
+        std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path(&format!("m{r}.gguf"))).unwrap();
+    }
+    let flags = format!("--json --no-check --rendezvous-port {}", free_port());
+    let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", &flags);
+    assert!(wait_for_text(&job.out, "serving on all 2 nodes", T), "not ready:\n{}", job.text());
+    let vs = vigils_of(&d.0);
+    let (pid, _) = vs.iter().find(|(_, n)| n == "n2").unwrap_or_else(|| panic!("rank 1's vigil: {vs:?}"));
+    signal(*pid, libc::SIGKILL);
+    job.wait_end();
+    let ev = job.events();
+    let text = job.text();
+    let lost = said(&ev, 0, "vigil on n2 went away");
+    assert!(lost, "the head saw rank 1's vigil go:\n{text}");
+    assert!(said(&ev, 0, &format!("ending Slurm step {}.0 (scancel)", job.id)), "{text}");
+    assert!(text.contains(&format!("STEP {}.0 ON n1 CANCELLED", job.id)), "Slurm ended the step:\n{text}");
+    // the script went on after the step (the head itself was ended with the step it cancelled)
+    assert!(text.contains("vigil exit: "), "{text}");
+    job.final_state();
+    assert!(left_in(&d.0).is_empty(), "left running: {:?}", left_in(&d.0));
+}

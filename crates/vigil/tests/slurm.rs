@@ -174,13 +174,22 @@ fn left_in(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A free port for `--rendezvous-port`, below the ephemeral range (where other tests' ports come from) and
+/// below the servers' ports (33000 up).
+fn rendezvous_port() -> u16 {
+    static N: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let start = 32_100 + (std::process::id() % 300) as u16 + n * 97;
+    (start..32_700).find(|p| std::net::TcpListener::bind(("0.0.0.0", *p)).is_ok()).expect("a free port")
+}
+
 /// Two free ports PREFIX·10 and PREFIX·10+1, for `--port PREFIX{node_rank}`.
 fn port_prefix() -> u32 {
     // each call starts elsewhere: tests of one process run at once, and a port probed free here is only
     // taken when the job's server starts
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let start = 2100 + (std::process::id() % 1000) + n * 300;
+    let start = 3300 + (std::process::id() % 1000) + n * 300;
     (start..6000)
         .find(|k: &u32| {
             let a = std::net::TcpListener::bind(("127.0.0.1", (k * 10) as u16));
@@ -284,7 +293,7 @@ fn e2e_slurm_crash_on_one_node_ends_the_job() {
     let d = TempDir::new("slurm-crash");
     std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path("m0.gguf")).unwrap();
     std::os::unix::fs::symlink(e.models.join("truncated.gguf"), d.path("m1.gguf")).unwrap();
-    let flags = format!("--json --no-check --rendezvous-port {}", free_port());
+    let flags = format!("--json --no-check --rendezvous-port {}", rendezvous_port());
     let t0 = Instant::now();
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "job", &flags);
     job.wait_end();
@@ -316,8 +325,8 @@ fn e2e_slurm_stall_on_one_node_ends_the_step_with_evidence() {
     std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path("m0.gguf")).unwrap();
     let fifo = fifo_model(&d);
     std::fs::rename(&fifo, d.path("m1.gguf")).unwrap();
-    let flags = format!("--json --no-check --stall 3s --rendezvous-port {}", free_port());
-    let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", &flags);
+    let flags = "--json --no-check --stall 3s";
+    let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", flags);
     job.wait_end();
     let ev = job.events();
     let text = job.text();
@@ -377,8 +386,8 @@ fn e2e_slurm_lost_rank_the_head_ends_the_step() {
     for r in 0..2 {
         std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path(&format!("m{r}.gguf"))).unwrap();
     }
-    let flags = format!("--json --no-check --rendezvous-port {}", free_port());
-    let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", &flags);
+    let flags = "--json --no-check";
+    let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", flags);
     assert!(wait_for_text(&job.out, "serving on all 2 nodes", T), "not ready:\n{}", job.text());
     let vs = vigils_of(&d.0);
     let (pid, _) = vs.iter().find(|(_, n)| n == "n2").unwrap_or_else(|| panic!("rank 1's vigil: {vs:?}"));

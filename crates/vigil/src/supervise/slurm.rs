@@ -109,10 +109,11 @@ impl Job {
     }
 }
 
-/// The head's port when `--rendezvous-port` is not given: 20000–39999, from the job and step ids (two steps
-/// of one job, or two jobs on one node, do not meet on the same port unless their ids collide modulo 20000).
+/// The head's port when `--rendezvous-port` is not given: 20000–31999, below Linux's ephemeral ports (32768
+/// up, where outgoing connections take theirs), from the job and step ids: two steps of one job, or two jobs
+/// on one node, meet on different ports unless their ids collide modulo 12000.
 pub fn derived_port(job: u64, step: Option<u64>) -> u16 {
-    let k = job.wrapping_mul(7).wrapping_add(step.unwrap_or(0).wrapping_mul(3)) % 20_000;
+    let k = job.wrapping_mul(7).wrapping_add(step.unwrap_or(0).wrapping_mul(3)) % 12_000;
     20_000 + k as u16
 }
 
@@ -730,7 +731,7 @@ mod tests {
     fn ports_are_in_range_and_differ_by_job() {
         for j in [0u64, 1, 19_999, 20_000, u64::MAX] {
             let p = derived_port(j, Some(0));
-            assert!((20_000..40_000).contains(&p), "{j}: {p}");
+            assert!((20_000..32_000).contains(&p), "{j}: {p}");
         }
         assert_ne!(derived_port(10, Some(0)), derived_port(11, Some(0)));
         assert_ne!(derived_port(10, Some(0)), derived_port(10, Some(1)));

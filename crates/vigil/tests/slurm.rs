@@ -350,6 +350,15 @@ fn e2e_slurm_stall_on_one_node_ends_the_step_with_evidence() {
     assert!(dir.starts_with(job.run_dir(1)), "{evd}");
     assert!(std::fs::read_dir(&dir).map(|r| r.count()).unwrap_or(0) > 0, "evidence files in {}", dir.display());
     assert!(evd.to_string().contains("m1.gguf"), "{evd}");
+    // the history records each node's start under its run name, which carries the job id
+    let o = job.shell("vigil history --json");
+    let h = String::from_utf8_lossy(&o.stdout).into_owned();
+    let rec = h.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| {
+        v["startup"]["name"] == format!("llama-cpp.job{}.n1", job.id)
+            || v["name"] == format!("llama-cpp.job{}.n1", job.id)
+    });
+    let rec = rec.unwrap_or_else(|| panic!("no history record of rank 1 of job {}:\n{h}", job.id));
+    assert!(rec.to_string().contains("stalled"), "{rec}");
 }
 
 /// The vigils of this job (`vigil up --multi-node` with this test's server command) and their node.

@@ -441,7 +441,8 @@ async fn head(
     }
     let mut worst = code;
     let mut all_stopped = true;
-    if !(a.keep && interrupted) && !node.stop(&name, a.grace, &mut rep).await? {
+    let keep = a.keep && interrupted;
+    if !keep && !node.stop(&name, a.grace, &mut rep).await? {
         worst = exit::worst(worst, exit::NOT_STOPPED);
         all_stopped = false;
     }
@@ -750,7 +751,8 @@ mod tests {
     #[tokio::test]
     async fn protocol_lines_round_trip_and_are_bounded() {
         let m = Msg::End { code: 3, verdict: "crashed".into(), note: "x".into() };
-        let mut r = BufReader::new(&line_of(&m)[..]);
+        let line = line_of(&m);
+        let mut r = BufReader::new(&line[..]);
         assert!(matches!(next_msg(&mut r).await, Some(Msg::End { code: 3, .. })));
         let long = vec![b'a'; MAX_LINE + 10];
         let mut r = BufReader::new(&long[..]);

@@ -109,7 +109,7 @@ done
 deadline=$((SECONDS + 60))
 while :; do
   st=$(timeout 10 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u || true)
-  up=$(grep -cE '^n[12] (idle|mix|alloc)' <<<"$st" || true)
+  up=$(grep -cE '^n[12] (idle|mix|alloc)$' <<<"$st" || true)
   [ "$up" = 2 ] && break
   if grep -qE '^n[12] (down|drain|drng|fail)' <<<"$st"; then
     timeout 10 scontrol update NodeName=n1,n2 State=RESUME >/dev/null 2>&1 || true

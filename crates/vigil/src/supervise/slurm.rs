@@ -328,6 +328,7 @@ async fn head(
                     if !joined[r] {
                         joined[r] = true;
                         senders[r] = Some(tx);
+                        rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} ({node_name}) reported in"));
                         if node_name != job.nodes[r] {
                             rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} says it is {node_name}, Slurm says {}", job.nodes[r]));
                         }
@@ -422,7 +423,14 @@ async fn head(
                         break;
                     }
                     Ev::Got(r, Msg::End { code: c, note, .. }) => { why = format!("rank {r} ({}): {note}", job.nodes[r]); code = c; break; }
-                    Ev::Closed(r) => { why = format!("vigil on {} went away", job.nodes[r]); code = exit::UNREACHABLE; senders[r] = None; break; }
+                    // the vigil is the node's task: when it is gone, Slurm ends that node's part of the step, its
+                    // server included, and the server as a whole cannot serve
+                    Ev::Closed(r) => {
+                        why = format!("vigil on {} went away: Slurm ends that node's part of the step with its task", job.nodes[r]);
+                        code = exit::UNREACHABLE;
+                        senders[r] = None;
+                        break;
+                    }
                     _ => {}
                 },
             }

@@ -28,6 +28,9 @@ command -v objdump >/dev/null 2>&1 || need+=(binutils)
 # Evidence at a stall (issue #17): native stacks with eu-stack from Debian's elfutils.
 [ -x /usr/bin/eu-stack ] || need+=(elfutils)
 command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# vigil inside Slurm jobs (issue #27): Debian's real Slurm (slurmctld, slurmd, the clients) and munge.
+[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/bin/sbatch ] || need+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || need+=(munge)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "== apt-get install ${need[*]}"
@@ -36,6 +39,16 @@ if [ ${#need[@]} -gt 0 ]; then
   else
     echo "missing: ${need[*]} (install them, e.g. sudo apt-get install ${need[*]})"; exit 1
   fi
+fi
+
+# A real Slurm on loopback for the Slurm tests: munged, slurmctld and two slurmd (n1, n2), started once
+# (idempotent), checked idle with a deadline; SLURM_CONF points every client (and the jobs) at it.
+if [ "$(id -u)" = 0 ]; then
+  echo "== Slurm on loopback (scripts/slurm-setup.sh)"
+  SLURM_CONF=$(scripts/slurm-setup.sh | sed -n 's/^SLURM_CONF=//p')
+  export SLURM_CONF
+elif [ -z "${SLURM_CONF:-}" ]; then
+  export SLURM_CONF=/var/tmp/vigil-slurm/slurm.conf
 fi
 
 # The release binary for GPU nodes: glibc >= 2.28 (cargo-zigbuild; cached toolchain).
@@ -99,11 +112,11 @@ if [ "$(id -u)" = 0 ]; then
   U=vigil-ci
   id "$U" >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/$U --shell /bin/sh "$U"
   W=$(mktemp -d /tmp/vigil-unpriv.XXXXXX)
-  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --test evidence --test history --no-run --message-format=json 2>/dev/null \
+  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --test evidence --test history --test slurm --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls","evidence","history") and m.get("executable"): print(m["target"]["name"], m["executable"])')
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls","evidence","history","slurm") and m.get("executable"): print(m["target"]["name"], m["executable"])')
   mkdir -p "$W/models" "$W/home"
   cp target/debug/vigil "$W/vigil"; cp "$VIGIL_LLAMA_SERVER" "$W/llama-server"
   cp "$VIGIL_MODELS"/*.gguf "$W/models/"
@@ -111,10 +124,10 @@ for l in sys.stdin:
   echo "$BINS" | while read -r t exe; do cp "$exe" "$W/$t"; done
   chmod -R a+rX "$W"; chown -R "$U" "$W"
   n=0
-  for t in e2e supervise proof hostile remote tls evidence history; do
+  for t in e2e supervise proof hostile remote tls evidence history slurm; do
     echo "== end-to-end tests ($t) as unprivileged user $U"
     runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/var/lib/$U" CI="${CI:-}" TMPDIR="$W" \
-      VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" VIGIL_PY_SPY="$W/py-spy" \
+      VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" VIGIL_PY_SPY="$W/py-spy" SLURM_CONF="${SLURM_CONF:-}" \
       "$W/$t" --test-threads 2 2>&1 | tee "$LOG"
     grep -qE '^test result: ok\.' "$LOG" || { echo "unprivileged end-to-end tests ($t) failed"; exit 1; }
     n=$((n + $(grep -cE '^test e2e_.* ok$' "$LOG" || true)))

@@ -78,6 +78,13 @@ impl MultiNode {
     }
 }
 
+/// Whether a multi-node server's outcome ends its batch allocation (issue #27, `scancel` in a Slurm job):
+/// only a failure of the server itself (crashed, stalled, past its deadline, unhealthy, a rank refused or
+/// lost). Never a serving server, a stop the person asked for (interrupted), nor vigil's own error.
+pub fn ends_allocation(e: Exit) -> bool {
+    matches!(e, Exit::Crashed | Exit::Stalled | Exit::Timeout | Exit::Unhealthy | Exit::Refused | Exit::Unreachable)
+}
+
 /// The least advanced of the phases the members reached (a multi-node verdict's phase).
 pub fn least_phase(phases: impl IntoIterator<Item = Phase>) -> Option<Phase> {
     phases.into_iter().min()
@@ -95,6 +102,20 @@ mod tests {
         assert_eq!(combine(&[Exit::Ready, Exit::Degraded]), (Exit::Degraded, Some(1)));
         assert_eq!(combine(&[Exit::Stalled, Exit::Unreachable, Exit::Stalled]), (Exit::Unreachable, Some(1)));
         assert_eq!(combine(&[]), (Exit::Ready, None));
+    }
+
+    #[test]
+    fn only_a_failed_server_ends_the_allocation() {
+        for e in Exit::ALL {
+            let ends = ends_allocation(e);
+            let failure = matches!(
+                e,
+                Exit::Crashed | Exit::Stalled | Exit::Timeout | Exit::Unhealthy | Exit::Refused | Exit::Unreachable
+            );
+            assert_eq!(ends, failure, "{e:?}");
+        }
+        assert!(!ends_allocation(Exit::Ready) && !ends_allocation(Exit::Degraded));
+        assert!(!ends_allocation(Exit::Interrupted) && !ends_allocation(Exit::Starting));
     }
 
     #[test]

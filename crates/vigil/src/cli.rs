@@ -204,6 +204,8 @@ pub(crate) enum Cmd {
     Up {
         #[command(flatten)]
         up: UpFlags,
+        #[command(flatten)]
+        slurm: SlurmFlags,
         /// The server command (with --host, passed byte for byte to the remote server).
         #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(std::ffi::OsString))]
         cmd: Vec<std::ffi::OsString>,
@@ -490,6 +492,27 @@ pub(crate) struct UpFlags {
     pub(crate) quiet: bool,
     #[command(flatten)]
     pub(crate) proof: ProofFlags,
+}
+
+/// `up --multi-node` inside a Slurm job step (docs/slurm.md): one vigil per node, no host list.
+#[derive(clap::Args)]
+pub(crate) struct SlurmFlags {
+    /// At a failure verdict (crashed, stalled, timeout, unhealthy, a rank refused or lost), after the
+    /// evidence is saved and every rank stopped: scancel the job step, the whole job, or nothing.
+    #[arg(long, value_enum, default_value = "step", value_name = "WHAT", help_heading = help::SLURM)]
+    pub(crate) scancel: crate::supervise::slurm::Scancel,
+    /// TCP port on the head node (the step's first) where the other ranks report (default: from the job id).
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..), help_heading = help::SLURM)]
+    pub(crate) rendezvous_port: Option<u16>,
+    /// How long the head waits for every rank to report in, and a rank to reach the head.
+    #[arg(long, default_value = "5m", value_name = "DUR", value_parser = parse_duration, help_heading = help::SLURM)]
+    pub(crate) join_timeout: std::time::Duration,
+}
+
+impl SlurmFlags {
+    pub(crate) fn flags(&self) -> crate::supervise::slurm::Flags {
+        crate::supervise::slurm::Flags { scancel: self.scancel, port: self.rendezvous_port, join: self.join_timeout }
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {

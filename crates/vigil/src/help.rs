@@ -32,10 +32,12 @@ pub const SUPERVISION: &str = "Supervision";
 pub const REMOTE: &str = "Remote (SSH)";
 /// The global `--profiles`.
 pub const PROFILES: &str = "Profiles";
+/// `up --multi-node` inside a Slurm job (docs/slurm.md).
+pub const SLURM: &str = "Slurm job (srun vigil up --multi-node)";
 
 /// Every heading, for the test that no flag uses a misspelt one.
 #[cfg(test)]
-pub const HEADINGS: &[&str] = &[TARGET, PROBING, LIMITS, PROOF, OUTPUT, LAUNCH, SUPERVISION, REMOTE, PROFILES];
+pub const HEADINGS: &[&str] = &[TARGET, PROBING, LIMITS, PROOF, OUTPUT, LAUNCH, SUPERVISION, REMOTE, PROFILES, SLURM];
 
 pub const ABOUT: &str = "\
 Brings up and watches LLM inference servers (SGLang, vLLM, llama-server, TGI).
@@ -143,6 +145,8 @@ Examples:
   vigil up --name llama -- llama-server -m /models/qwen2.5-7b-q4_k_m.gguf -md /models/qwen2.5-0.5b-q8_0.gguf --port 8080
   # on a remote node over SSH
   vigil --host gpu7 up -- python -m sglang.launch_server --model-path /models/K2 --tp 8
+  # in a Slurm job: one vigil per node, the combined verdict on the first node (docs/slurm.md)
+  srun --ntasks-per-node=1 vigil up --multi-node --scancel job -- python -m sglang.launch_server --model-path /models/K2 --tp 16 --nnodes 2 --node-rank 0
 
 Nothing launched: exit 8 when the port is taken or an earlier run of the name is alive
 (a retry may pass); exit 10 when the preflight check finds errors the server is known to

@@ -13,7 +13,7 @@ use commands::{diagnose, kprobe};
 use node::{keeper, remote, run, up};
 use sinks::{events, history, metrics, notify, report, tables, timeline};
 use sources::{engine_metrics, follow, gpu, gpu_health, lines, probe, procs, proof, tls, tree};
-use supervise::{evidence, hosts, policy, remote_evidence, wait};
+use supervise::{evidence, hosts, policy, remote_evidence, slurm, wait};
 mod cli;
 mod error;
 mod exit;
@@ -93,6 +93,22 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         reconnect_for: rf.reconnect_for,
         remote_dir: rf.remote_dir.clone(),
     };
+    // issue #27: `srun vigil up --multi-node -- CMD` in a Slurm job: the job's nodes, not a host list
+    let no_hosts = rf.host.is_none() && rf.hosts.is_none() && rf.hosts_file.is_none();
+    if let (true, true, Cmd::Up { .. }) = (rf.multi_node, no_hosts, &cli.cmd) {
+        if std::env::var_os("SLURM_JOB_ID").is_some() {
+            let Cmd::Up { up: f, slurm: sf, cmd } = cli.cmd else { unreachable!() };
+            check_server(&profiles, &f.server)?;
+            let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
+            let a = f.into_args()?;
+            return block_on(async move {
+                let Some(job) = slurm::Job::from_env().await? else {
+                    return Err(CliError::usage("--multi-node without --hosts needs a Slurm job (SLURM_JOB_ID)"));
+                };
+                slurm::up(job, sf.flags(), a, argv, profiles).await
+            })?;
+        }
+    }
     let hosts =
         hosts::Hosts::parse(rf.host.clone(), rf.hosts.clone(), rf.hosts_file.clone(), rf.multi_node, rf.parallel, ssh)?;
     if let Some(hs) = hosts {
@@ -107,7 +123,7 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             let w = f.into_args(&profiles)?;
             block_on(commands::wait(&Nodes::Local, name, w, profiles))?
         }
-        Cmd::Up { up: f, cmd } => {
+        Cmd::Up { up: f, cmd, .. } => {
             check_server(&profiles, &f.server)?;
             let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
             block_on(commands::up(&Nodes::Local, None, f.into_args()?, argv, profiles))?
@@ -171,7 +187,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
     use std::os::unix::ffi::OsStringExt;
     let rt = runtime()?;
     match cmd {
-        Cmd::Up { up: f, cmd } => {
+        Cmd::Up { up: f, cmd, .. } => {
             check_server(&profiles, &f.server)?;
             let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
             rt.block_on(commands::up(&Nodes::Remote(hs), None, f.into_args()?, argv, profiles))

@@ -61,7 +61,9 @@ impl Hosts {
         }
         if list.is_empty() {
             if multi_node {
-                return Err(CliError::usage("--multi-node needs --hosts (rank i runs on the i-th host)"));
+                return Err(CliError::usage(
+                    "--multi-node needs --hosts (rank i runs on the i-th host), or a Slurm job (srun vigil up --multi-node)",
+                ));
             }
             return Ok(None);
         }
@@ -76,7 +78,7 @@ impl Hosts {
 }
 
 impl HostResult {
-    fn new(host: &str, rank: Option<usize>, name: &str) -> HostResult {
+    pub(crate) fn new(host: &str, rank: Option<usize>, name: &str) -> HostResult {
         HostResult {
             host: host.to_string(),
             rank,
@@ -86,6 +88,7 @@ impl HostResult {
             node: None,
             name: name.to_string(),
             interrupted: false,
+            shown: None,
         }
     }
 
@@ -142,6 +145,8 @@ pub struct HostResult {
     pub name: String,
     /// The watch ended on SIGINT/SIGTERM.
     pub interrupted: bool,
+    /// The verdict as its own node showed it, for a rank watched elsewhere (a Slurm job's other nodes).
+    pub shown: Option<String>,
 }
 
 fn lossy(a: &[u8]) -> String {
@@ -167,7 +172,7 @@ pub fn rank_argv(argv: &[Vec<u8>], rank: usize, n: usize) -> Vec<Vec<u8>> {
     out
 }
 
-fn run_name(a: &UpArgs, kind: &Option<String>, argv: &[Vec<u8>]) -> String {
+pub(crate) fn run_name(a: &UpArgs, kind: &Option<String>, argv: &[Vec<u8>]) -> String {
     a.name.clone().or_else(|| kind.clone()).unwrap_or_else(|| {
         let p = lossy(&argv[0]);
         std::path::Path::new(&p)
@@ -416,29 +421,15 @@ where
 
 /// The per-host table (or JSON), and the exit code: the worst host's (multi-node: the deciding
 /// rank's).
-fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i32 {
+pub(crate) fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i32 {
     let exits: Vec<exit::Exit> = results.iter().map(|r| exit::Exit::from_code(r.code)).collect();
     let (worst, decider) = fleet::combine(&exits);
-    let verdict_of = |r: &HostResult| -> String {
-        match r.report.as_ref() {
-            Some(rep) if r.code == exit::DEGRADED => format!("{} (degraded)", rep.verdict),
-            Some(rep) => rep.verdict.to_string(),
-            None => match r.code {
-                exit::UNREACHABLE => "unreachable".into(),
-                exit::REFUSED => "refused".into(),
-                exit::INTERRUPTED => "interrupted".into(),
-                exit::STARTING => "stopped".into(),
-                exit::USAGE => "error".into(),
-                _ => "failed".into(),
-            },
-        }
-    };
     let hosts: Vec<crate::events::HostLine> = results
         .iter()
         .map(|r| crate::events::HostLine {
             host: r.host.clone(),
             rank: r.rank,
-            verdict: verdict_of(r),
+            verdict: verdict_text(r),
             exit: r.code,
             phase: r.report.as_ref().map(|x| x.phase),
             detail: r.note.clone(),
@@ -448,6 +439,25 @@ fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i3
     let end = crate::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase };
     crate::tables::fleet(&end, json, quiet);
     worst.code()
+}
+
+/// A host's verdict as the fleet table shows it.
+pub(crate) fn verdict_text(r: &HostResult) -> String {
+    if let Some(s) = &r.shown {
+        return s.clone();
+    }
+    match r.report.as_ref() {
+        Some(rep) if r.code == exit::DEGRADED => format!("{} (degraded)", rep.verdict),
+        Some(rep) => rep.verdict.to_string(),
+        None => match r.code {
+            exit::UNREACHABLE => "unreachable".into(),
+            exit::REFUSED => "refused".into(),
+            exit::INTERRUPTED => "interrupted".into(),
+            exit::STARTING => "stopped".into(),
+            exit::USAGE => "error".into(),
+            _ => "failed".into(),
+        },
+    }
 }
 
 /// `vigil wait --hosts H1,H2 NAME` (a fleet or a multi-node server): `commands::wait` runs a single node

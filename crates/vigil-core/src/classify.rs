@@ -304,18 +304,20 @@ impl<'p> Classifier<'p> {
         let table = crate::frames::FrameTable::builtin();
         // A code line under a frame of a file the table knows (`    self.maybe_init_draft_worker()`): the
         // function it calls, in that file, is where the process went next (a pasted traceback often ends there).
-        let code_call = match (self.frame_file.take(), &hit) {
+        let is_frame = message.contains("File \"");
+        let found = match (self.frame_file.take(), &hit) {
+            _ if is_frame => {
+                let loc = table.locate(&message);
+                self.frame_file = loc.map(|l| l.0);
+                loc.filter(|_| table_may).and_then(|(file, func)| table.get(file, func))
+            }
             // (the code is what follows the last four-space indent: a process tag may come before it)
-            (Some(file), None) if message.contains("    ") && !message.contains("File \"") => {
+            (Some(file), None) if message.contains("    ") => {
                 let code = message.rsplit("    ").next().unwrap_or("");
                 crate::frames::called(code).and_then(|f| table.get(file, f))
             }
             _ => None,
         };
-        if message.contains("File \"") {
-            self.frame_file = table.file_of(&message);
-        }
-        let found = if table_may && message.contains("File \"") { table.lookup(&message) } else { code_call };
         if table_may {
             if let Some((row, file, func)) = found {
                 if let Some(h) = hit.as_mut().filter(|h| h.cause.is_some() || h.hint.is_some()) {

@@ -20,14 +20,15 @@ pub struct FrameRow {
 /// (file under the package's parent, function name) -> row.
 pub struct FrameTable {
     rows: HashMap<&'static str, HashMap<&'static str, FrameRow>>,
-    /// The package folders the table's files start with (`sglang/`, `vllm/`, `text_generation_server/`).
-    packages: Vec<&'static str>,
+    /// The package folders the table's files start with (`sglang`, `vllm`, `text_generation_server`), each
+    /// with its `/name/` needle.
+    packages: Vec<(&'static str, String)>,
 }
 
 impl FrameTable {
     pub fn parse(text: &'static str) -> Result<FrameTable, String> {
         let mut rows = HashMap::new();
-        let mut packages: Vec<&'static str> = Vec::new();
+        let mut packages: Vec<(&'static str, String)> = Vec::new();
         for (i, l) in text.lines().enumerate() {
             if l.starts_with('#') || l.trim().is_empty() {
                 continue;
@@ -38,8 +39,8 @@ impl FrameTable {
             }
             let phase = Phase::parse(f[3]).ok_or_else(|| format!("frames.tsv line {}: phase {}", i + 1, f[3]))?;
             let pkg = f[1].split('/').next().unwrap_or("");
-            if !packages.contains(&pkg) {
-                packages.push(pkg);
+            if !packages.iter().any(|(p, _)| *p == pkg) {
+                packages.push((pkg, format!("/{pkg}/")));
             }
             rows.entry(f[1]).or_insert_with(HashMap::new).insert(f[2], FrameRow { server: f[0], phase });
         }
@@ -62,16 +63,18 @@ impl FrameTable {
 
     /// The row for a traceback frame line's message, if it names a function the table knows.
     pub fn lookup(&self, message: &str) -> Option<(&FrameRow, &'static str, &'static str)> {
-        let (path, func) = parse_frame(message)?;
-        self.lookup_in(path, func)
+        let (file, func) = self.locate(message)?;
+        self.get(file, func)
     }
 
-    /// The file of a frame line under its package (`sglang/srt/...`), when the table has that file.
-    pub fn file_of(&self, message: &str) -> Option<&'static str> {
-        let (path, _) = parse_frame(message)?;
-        self.packages.iter().find_map(|pkg| {
-            let i = path.rfind(&format!("/{pkg}/")).map(|i| i + 1).or_else(|| path.starts_with(pkg).then_some(0))?;
-            self.rows.get_key_value(&path[i..]).map(|(f, _)| *f)
+    /// A frame line's file as the table names it (`sglang/srt/...`, when the table has that file) and its
+    /// function: one parse, no allocation.
+    pub fn locate<'m>(&self, message: &'m str) -> Option<(&'static str, &'m str)> {
+        let (path, func) = parse_frame(message)?;
+        self.packages.iter().find_map(|(pkg, needle)| {
+            // The last `/<pkg>/` of the path starts the package (a checkout `vllm/vllm/v1/...` too).
+            let i = path.rfind(needle.as_str()).map(|i| i + 1).or_else(|| path.starts_with(pkg).then_some(0))?;
+            self.rows.get_key_value(&path[i..]).map(|(f, _)| (*f, func))
         })
     }
 
@@ -80,21 +83,6 @@ impl FrameTable {
         let (f, funcs) = self.rows.get_key_value(file)?;
         let (n, row) = funcs.get_key_value(func)?;
         Some((row, f, n))
-    }
-
-    fn lookup_in(&self, path: &str, func: &str) -> Option<(&FrameRow, &'static str, &'static str)> {
-        for pkg in &self.packages {
-            // The last `/<pkg>/` of the path starts the package (a checkout `vllm/vllm/v1/...` too).
-            let at = path.rfind(&format!("/{pkg}/")).map(|i| i + 1).or_else(|| path.starts_with(pkg).then_some(0));
-            if let Some(i) = at {
-                if let Some((f, funcs)) = self.rows.get_key_value(&path[i..]) {
-                    if let Some((n, row)) = funcs.get_key_value(func) {
-                        return Some((row, f, n));
-                    }
-                }
-            }
-        }
-        None
     }
 }
 

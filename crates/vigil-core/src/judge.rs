@@ -354,6 +354,8 @@ struct Block {
     serving_frame: bool,
     /// An error rule matched in the block (not only frames).
     error: bool,
+    /// The rank tag of the line that opened the block (None: untagged).
+    rank: Option<String>,
     last_at: u64,
     /// Holds a request-scoped failure: the block does not prove a crash when the text ends in it.
     benign: bool,
@@ -709,8 +711,11 @@ impl Judge {
                     RuleKind::Phase | RuleKind::Progress => h.phase,
                     _ => None,
                 });
-                if let (true, Some(p)) = (b.error && !b.benign, went_on) {
-                    if p != Phase::Launch && p <= self.phase && self.state == Verdict::Starting {
+                // (the same rank's progress: another rank going on says nothing of the failed one)
+                let same_rank = l.rank == b.rank;
+                if let (true, Some(p)) = (b.error && !b.benign && same_rank, went_on) {
+                    if p != Phase::Launch && p <= self.rank_phase(l.rank.as_deref()) && self.state == Verdict::Starting
+                    {
                         ev.push(Event::Retried {
                             phase: p,
                             error: b.head.first().cloned().unwrap_or_default(),
@@ -728,7 +733,7 @@ impl Judge {
                 }
             }
         } else if opens {
-            let mut b = Block { last_at: self.now, ..Block::default() };
+            let mut b = Block { last_at: self.now, rank: l.rank.clone(), ..Block::default() };
             b.push(&l.text);
             self.block = Some(b);
         }

@@ -219,17 +219,35 @@ fn said(ev: &[serde_json::Value], rank: u64, text: &str) -> bool {
     ev.iter().any(|v| v["rank"] == rank && v["message"].as_str().is_some_and(|m| m.contains(text)))
 }
 
+/// The second node's model in a two-node test (the first is always the tiny good one).
+enum Second {
+    Good,
+    Truncated,
+    /// a FIFO: the server blocks opening it (a stuck load)
+    Stuck,
+}
+
+/// A test's real parts (llama-server, Slurm) and its folder, with `m0.gguf` and `m1.gguf` as the two nodes'
+/// models; None (a skip, or a failure under CI, as `env` decides) when a part is missing.
+fn two_nodes(name: &str, second: Second) -> Option<(Env, String, TempDir)> {
+    let e = env()?;
+    let conf = slurm_conf()?;
+    let d = TempDir::new(name);
+    std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path("m0.gguf")).unwrap();
+    match second {
+        Second::Good => std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path("m1.gguf")).unwrap(),
+        Second::Truncated => std::os::unix::fs::symlink(e.models.join("truncated.gguf"), d.path("m1.gguf")).unwrap(),
+        Second::Stuck => std::fs::rename(fifo_model(&d), d.path("m1.gguf")).unwrap(),
+    }
+    Some((e, conf, d))
+}
+
 /// The doc's script runs as written: two nodes, both ranks ready (each proven by a real completion),
 /// one combined verdict on the head; the step's end (SIGTERM from Slurm) stops both servers in order,
 /// every vigil exits 0, and vigil ends nothing itself.
 #[test]
 fn e2e_slurm_good_start_two_nodes_then_the_steps_end_stops_both() {
-    let Some(e) = env() else { return };
-    let Some(conf) = slurm_conf() else { return };
-    let d = TempDir::new("slurm-ok");
-    for r in 0..2 {
-        std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path(&format!("m{r}.gguf"))).unwrap();
-    }
+    let Some((e, conf, d)) = two_nodes("slurm-ok", Second::Good) else { return };
     // the rendezvous port derived from the job id (no --rendezvous-port)
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", "--json --no-check");
     assert!(wait_for_text(&job.out, "\"multi_node_verdict\"", T), "no combined verdict:\n{}", job.text());
@@ -291,11 +309,7 @@ fn e2e_slurm_good_start_two_nodes_then_the_steps_end_stops_both() {
 /// once (state CANCELLED, long before its time limit), nothing left running.
 #[test]
 fn e2e_slurm_crash_on_one_node_ends_the_job() {
-    let Some(e) = env() else { return };
-    let Some(conf) = slurm_conf() else { return };
-    let d = TempDir::new("slurm-crash");
-    std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path("m0.gguf")).unwrap();
-    std::os::unix::fs::symlink(e.models.join("truncated.gguf"), d.path("m1.gguf")).unwrap();
+    let Some((e, conf, d)) = two_nodes("slurm-crash", Second::Truncated) else { return };
     let flags = format!("--json --no-check --rendezvous-port {}", rendezvous_port());
     let t0 = Instant::now();
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "job", &flags);
@@ -322,12 +336,7 @@ fn e2e_slurm_crash_on_one_node_ends_the_job() {
 /// is stopped and the step ends (`--scancel step`): the script goes on and exits with vigil's 4.
 #[test]
 fn e2e_slurm_stall_on_one_node_ends_the_step_with_evidence() {
-    let Some(e) = env() else { return };
-    let Some(conf) = slurm_conf() else { return };
-    let d = TempDir::new("slurm-stall");
-    std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path("m0.gguf")).unwrap();
-    let fifo = fifo_model(&d);
-    std::fs::rename(&fifo, d.path("m1.gguf")).unwrap();
+    let Some((e, conf, d)) = two_nodes("slurm-stall", Second::Stuck) else { return };
     let flags = "--json --no-check --stall 3s";
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", flags);
     job.wait_end();
@@ -392,24 +401,30 @@ fn vigils_of(dir: &Path) -> Vec<(i32, String)> {
 /// itself (`scancel JOB.STEP`). Nothing is left running.
 #[test]
 fn e2e_slurm_vigil_lost_after_ready_the_head_ends_the_step() {
-    let Some(e) = env() else { return };
-    let Some(conf) = slurm_conf() else { return };
-    let d = TempDir::new("slurm-lost-ready");
-    for r in 0..2 {
-        std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path(&format!("m{r}.gguf"))).unwrap();
-    }
+    let Some((e, conf, d)) = two_nodes("slurm-lost-ready", Second::Good) else { return };
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", "--json --no-check");
     assert!(wait_for_text(&job.out, "serving on all 2 nodes", T), "not ready:\n{}", job.text());
     let ports = server_ports(&job);
     assert!(ports.iter().all(|p| completes(*p)), "both serve before");
+    kill_rank1_vigil(&d, &mut job);
+    let ev = job.events();
+    let text = job.text();
+    assert!(said(&ev, 0, "vigil on n2 went away"), "the head saw rank 1's vigil go:\n{text}");
+    head_ended_the_step(&ev, &job, &d);
+}
+
+/// SIGKILL of rank 1's vigil (on n2), then the job's end.
+fn kill_rank1_vigil(d: &TempDir, job: &mut Job) {
     let vs = vigils_of(&d.0);
     let (pid, _) = vs.iter().find(|(_, n)| n == "n2").unwrap_or_else(|| panic!("rank 1's vigil: {vs:?}"));
     signal(*pid, libc::SIGKILL);
     job.wait_end();
-    let ev = job.events();
+}
+
+/// The head ended the step itself (`scancel JOB.0`), Slurm says the step was cancelled, nothing is left.
+fn head_ended_the_step(ev: &[serde_json::Value], job: &Job, d: &TempDir) {
     let text = job.text();
-    assert!(said(&ev, 0, "vigil on n2 went away"), "the head saw rank 1's vigil go:\n{text}");
-    assert!(said(&ev, 0, &format!("ending Slurm step {}.0 (scancel)", job.id)), "{text}");
+    assert!(said(ev, 0, &format!("ending Slurm step {}.0 (scancel)", job.id)), "{text}");
     // Slurm's word that the step was cancelled: srun's, and slurmstepd's when a task was still running
     let cancelled =
         text.contains("srun: Job step aborted") || text.contains(&format!("STEP {}.0 ON n1 CANCELLED", job.id));
@@ -448,30 +463,16 @@ fn completes(port: u16) -> bool {
 /// step takes the orphaned server: nothing is left running.
 #[test]
 fn e2e_slurm_vigil_lost_while_starting_the_head_ends_the_step() {
-    let Some(e) = env() else { return };
-    let Some(conf) = slurm_conf() else { return };
-    let d = TempDir::new("slurm-lost-start");
-    std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path("m0.gguf")).unwrap();
-    let fifo = fifo_model(&d);
-    std::fs::rename(&fifo, d.path("m1.gguf")).unwrap();
+    let Some((e, conf, d)) = two_nodes("slurm-lost-start", Second::Stuck) else { return };
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", "--json --no-check");
     // the events: rank 1 reported in at the head, and reports its weights phase (its server blocks opening
     // the model)
     assert!(wait_for_text(&job.out, "rank 1 (n2) reported in", T), "{}", job.text());
     assert!(wait_for_text(&job.out, "\"host\":\"n2\",\"phase\":\"weights\"", T), "{}", job.text());
-    let vs = vigils_of(&d.0);
-    let (pid, _) = vs.iter().find(|(_, n)| n == "n2").unwrap_or_else(|| panic!("rank 1's vigil: {vs:?}"));
-    signal(*pid, libc::SIGKILL);
-    job.wait_end();
+    kill_rank1_vigil(&d, &mut job);
     let ev = job.events();
     let text = job.text();
     let m = ev.iter().find(|v| v["event"] == "multi_node_verdict").unwrap_or_else(|| panic!("{text}"));
     assert_eq!((m["verdict"].as_str(), m["decided_by"]["rank"].as_u64()), (Some("unreachable"), Some(1)), "{m}");
-    assert!(said(&ev, 0, &format!("ending Slurm step {}.0 (scancel)", job.id)), "{text}");
-    // Slurm's word that the step was cancelled: srun's, and slurmstepd's when a task was still running
-    let cancelled =
-        text.contains("srun: Job step aborted") || text.contains(&format!("STEP {}.0 ON n1 CANCELLED", job.id));
-    assert!(cancelled, "Slurm ended the step:\n{text}");
-    job.final_state();
-    assert!(left_in(&d.0).is_empty(), "left running: {:?}", left_in(&d.0));
+    head_ended_the_step(&ev, &job, &d);
 }

@@ -404,19 +404,25 @@ where
                     }
                 }
             }
-            results
-                .into_iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    r.unwrap_or_else(|| HostResult {
-                        code: exit::STARTING,
-                        note: "watch stopped: another rank failed".into(),
-                        ..HostResult::new(&hosts[i], Some(i), "")
-                    })
-                })
-                .collect()
+            stopped_unless_done(results, &hosts, "")
         })
         .await
+}
+
+/// One server across nodes: each rank's result, a rank whose watch was stopped (another rank failed first)
+/// given as still starting.
+pub(crate) fn stopped_unless_done(results: Vec<Option<HostResult>>, hosts: &[String], name: &str) -> Vec<HostResult> {
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.unwrap_or_else(|| HostResult {
+                code: exit::STARTING,
+                note: "watch stopped: another rank failed".into(),
+                ..HostResult::new(&hosts[i], Some(i), name)
+            })
+        })
+        .collect()
 }
 
 /// The per-host table (or JSON), and the exit code: the worst host's (multi-node: the deciding

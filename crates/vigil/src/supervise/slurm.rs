@@ -230,10 +230,12 @@ pub async fn up(
     let local = tokio::task::LocalSet::new();
     local
         .run_until(async move {
-            if job.rank == 0 {
-                head(job, flags, a, argv, profiles).await
+            let rank0 = job.rank == 0;
+            let c = Ctx { job, flags, a, argv, profiles };
+            if rank0 {
+                head(c).await
             } else {
-                member(job, flags, a, argv, profiles).await
+                member(c).await
             }
         })
         .await
@@ -256,6 +258,15 @@ fn start_local(
     (node, h, prx)
 }
 
+/// What every rank's vigil runs with: the job, the flags, `up`'s arguments, this rank's server command.
+struct Ctx {
+    job: Job,
+    flags: Flags,
+    a: Arc<UpArgs>,
+    argv: Vec<Vec<u8>>,
+    profiles: Arc<Profiles>,
+}
+
 fn reporter(a: &UpArgs, job: &Job) -> Reporter {
     let mut rep = Reporter::new(a.json, a.quiet);
     rep.tagged(&job.nodes[job.rank], Some(job.rank));
@@ -264,13 +275,8 @@ fn reporter(a: &UpArgs, job: &Job) -> Reporter {
 
 /// The head (rank 0): its own rank, the others' reports, the combined verdict, and at a failure the stop of
 /// every rank and the end of the step or job.
-async fn head(
-    job: Job,
-    flags: Flags,
-    a: Arc<UpArgs>,
-    argv: Vec<Vec<u8>>,
-    profiles: Arc<Profiles>,
-) -> Result<i32, CliError> {
+async fn head(c: Ctx) -> Result<i32, CliError> {
+    let Ctx { job, flags, a, argv, profiles } = c;
     let n = job.nodes.len();
     let port = job.port(&flags);
     let listener = TcpListener::bind(("0.0.0.0", port)).await.map_err(|e| {
@@ -373,17 +379,7 @@ async fn head(
     if results[0].is_none() {
         local.abort();
     }
-    let results: Vec<HostResult> = results
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            r.unwrap_or_else(|| HostResult {
-                code: exit::STARTING,
-                note: "watch stopped: another rank failed".into(),
-                ..HostResult::new(&job.nodes[i], Some(i), &name)
-            })
-        })
-        .collect();
+    let results: Vec<HostResult> = hosts::stopped_unless_done(results, &job.nodes, &name);
     let mut code = hosts::summarize(&results, true, a.json, a.quiet);
     if interrupted {
         code = exit::INTERRUPTED;
@@ -584,13 +580,8 @@ async fn connect(job: &Job, port: u16, by: tokio::time::Instant) -> Result<TcpSt
 
 /// A rank ≥ 1: its own rank, reported to the head; stops at the head's word, at an interrupt, or (the head
 /// lost) at its own failure, when it ends the allocation itself.
-async fn member(
-    job: Job,
-    flags: Flags,
-    a: Arc<UpArgs>,
-    argv: Vec<Vec<u8>>,
-    profiles: Arc<Profiles>,
-) -> Result<i32, CliError> {
+async fn member(c: Ctx) -> Result<i32, CliError> {
+    let Ctx { job, flags, a, argv, profiles } = c;
     let name = a.name.clone().unwrap_or_default();
     let mut rep = reporter(&a, &job);
     let port = job.port(&flags);

@@ -27,9 +27,15 @@ draft's; launch rows are not written (a launch frame tells the judge nothing).
 Output: crates/vigil-core/profiles/frames.tsv, one row per (server, file, function) whose phase is the same in
 every version where the function exists and where it was assigned at all, with those versions.
 
-Usage: scripts/frames/gen.py [--sglang DIR ...] [--vllm DIR ...] [--tgi DIR ...] [--out PATH]
-Without arguments: the golden table's venvs in ~/.cache/vigil/golden (scripts/golden) for SGLang and vLLM,
-and TGI's tags from a local mirror (VIGIL_TGI_REPO, a git dir) when set.
+Usage: scripts/frames/gen.py [--sglang DIR ...] [--vllm DIR ...] [--tgi DIR ...] [--out PATH] [--chains PATH]
+Without arguments: the golden table's venvs in ~/.cache/vigil/golden (scripts/golden) for SGLang and vLLM, plus
+the older releases under VIGIL_FRAMES_OLD (one `<server>-<version>/` folder each, holding the package's .py files),
+and TGI's tags (TGI_TAGS) from a git mirror of huggingface/text-generation-inference at VIGIL_TGI_REPO. The table of
+2026-12-01 was made with:
+  cd /work/frames-src && for v in vllm==0.6.3.post1 vllm==0.8.5 vllm==0.10.2 sglang==0.3.6.post3 \
+      sglang==0.4.3.post2 sglang==0.4.6.post5 sglang==0.5.2; do pip download --no-deps --only-binary=:all: -d wheels $v; done
+  (unzip each wheel's <package>/**/*.py into <package>-<version>/)
+  VIGIL_FRAMES_OLD=/work/frames-src VIGIL_TGI_REPO=<mirror>.git python3 scripts/frames/gen.py     (12-20 min here)
 """
 import argparse
 import ast

@@ -190,3 +190,33 @@ fn explain_names_profile_rule_and_line() {
     assert!(out.contains("L2: llama-cpp/ready"), "{out}");
     assert_eq!(o.status.code(), Some(0));
 }
+
+/// An error the server went on from (issue #24, a `retried` event): `diagnose` says it in text and JSON, and the
+/// verdict is the start's, not a crash. llama-server's own lines: a failed load (corpus
+/// llama-cpp-captured-not-a-gguf) and the load starting again and finishing (llamacpp-captured-ready-then-sigint).
+#[test]
+fn a_retried_error_is_said_and_is_not_a_crash() {
+    let d = TempDir::new("retried");
+    let p = d.path("server.log");
+    std::fs::write(
+        &p,
+        "0.00.008.333 I srv    load_model: loading model 'tiny.gguf'\n\
+         0.00.006.059 E srv    load_model: failed to load model, 'tiny.gguf'\n\
+         0.00.008.400 I srv    load_model: loading model 'tiny.gguf'\n\
+         0.00.095.288 I srv  llama_server: model loaded\n",
+    )
+    .unwrap();
+    let mut c = vigil();
+    c.arg("diagnose").arg(&p);
+    let o = run_bounded(c, T);
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(text.contains("retried in weights"), "{text}");
+    assert!(text.contains("READY"), "{text}");
+    let mut c = vigil();
+    c.args(["diagnose", "--json"]).arg(&p);
+    let o = run_bounded(c, T);
+    let v = json_lines(&o);
+    let r = v.iter().find(|e| e["event"] == "retried").unwrap_or_else(|| panic!("{v:?}"));
+    assert_eq!(r["phase"], "weights");
+    assert_eq!(verdict(&v)["verdict"], "ready");
+}

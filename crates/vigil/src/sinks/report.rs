@@ -210,6 +210,11 @@ impl Reporter {
                 self.json(v);
             }
             (Mode::Quiet, _) => {}
+            // An error the server went on from is said in text offline too (`vigil diagnose`).
+            (_, Event::Retried { phase, error, went_on }) => {
+                let s = format!("[{:>7}] retried in {phase}: `{error}`, then `{went_on}`", fmt_t(t_ms));
+                self.print(&s);
+            }
             _ if !self.judge_events_in_text => {}
             (_, Event::Phase { phase, from, laggards, usual_ms, eta_ms, .. }) => {
                 let mut s = format!("[{:>7}] phase {} → {}", fmt_t(t_ms), from, self.paint(phase.as_str(), "1"));
@@ -258,10 +263,6 @@ impl Reporter {
             }
             (_, Event::EngineDied(d)) => {
                 let s = format!("[{:>7}] {} died; the server process lives", fmt_t(t_ms), d.describe());
-                self.print(&s);
-            }
-            (_, Event::Retried { phase, error, went_on }) => {
-                let s = format!("[{:>7}] retried in {phase}: `{error}`, then `{went_on}`", fmt_t(t_ms));
                 self.print(&s);
             }
             (_, Event::Slow(x)) => {

@@ -52,6 +52,12 @@ PROFILES = os.path.join(ROOT, "crates", "vigil-core", "profiles")
 PKG = {"sglang": "sglang", "vllm": "vllm", "tgi": "text_generation_server"}
 PHASES = ["launch", "dist_init", "weights", "draft_weights", "kv_cache", "compile", "cuda_graphs",
           "draft_cuda_graphs", "http", "warmup", "serving"]
+# Functions that torch calls for the caller (nn.Module.__call__ runs `forward`; the model runs for the KV-cache
+# profiling, the graph capture, the warmup and every request alike): the static walks see only the calls that name
+# them, so a model's `forward` would be placed in whichever phase calls it by name (a fused-MoE layer's forward
+# under a weight post-processing step read as `weights`, where its crashes come in serving). Never rows, unless a
+# profile names the function as an entry (SGLang's forward_thread_func is the overlap worker's serving loop).
+DISPATCHED = re.compile(r"^(?:_?forward\w*|__call__)$")
 # The broad serving walk follows a name with at most this many definitions in the package (a name like `forward`
 # or `get`, defined hundreds of times, would join every function to every other).
 BROAD_MAX = 10
@@ -290,10 +296,12 @@ def table_for(server, trees):
     per = {}  # (file, func) -> {version: set(phases)}
     found = {}
     where = {}  # entry -> where it was found in the newest version that has it
+    entry_keys = set()  # (file, function name) of every entry function in some version
     chains_of = {}
     for version, root in trees:
         idx = Index(root, PKG[server])
         reach, starts, parent = phases_of(idx, entries)
+        entry_keys.update((k[0], k[1].rsplit(".", 1)[-1]) for k in starts)
         chains_of[version] = (parent, {k: idx.funcs[k][0].lineno for k in idx.funcs}, starts)
         for ph, path, qual in entries:
             ks = sorted(k for k in starts if fnmatch.fnmatchcase(k[0], path) and fnmatch.fnmatchcase(k[1], qual))
@@ -317,6 +325,9 @@ def table_for(server, trees):
               f"{len(reach)} reached", file=sys.stderr)
     rows, dropped = {}, 0
     for key, byv in per.items():
+        if DISPATCHED.match(key[1]) and key not in entry_keys:
+            dropped += 1
+            continue
         ps = set().union(*byv.values())
         if "serving?" in ps:
             ps.discard("serving?")
@@ -347,7 +358,7 @@ def table_for(server, trees):
                 continue
             c = chain(parent, phase, key)
             names = [(k[0], k[1].rsplit(".", 1)[-1]) for k in c]
-            if rows.get(names[-1], (None,))[0] != phase:
+            if (DISPATCHED.match(names[-1][1]) and names[-1] not in entry_keys) or rows.get(names[-1], (None,))[0] != phase:
                 continue
             if any(n in rows and rows[n][0] != phase for n in names):
                 continue

@@ -152,6 +152,23 @@ mod tests {
     }
 
     #[test]
+    fn no_model_forward_is_placed_in_a_phase() {
+        // torch runs a module's forward for the KV-cache profiling, the capture and every request alike: a
+        // fused-MoE layer's forward once read as `weights` (scripts/frames/gen.py DISPATCHED).
+        let t = FrameTable::builtin();
+        let bad: Vec<String> = t
+            .rows
+            .iter()
+            .flat_map(|(f, m)| m.keys().map(move |n| (*f, *n)))
+            .filter(|(f, n)| {
+                (f.contains("/models/") || f.contains("/layers/")) && (*n == "forward" || *n == "__call__")
+            })
+            .map(|(f, n)| format!("{f} {n}"))
+            .collect();
+        assert!(bad.is_empty(), "{bad:?}");
+    }
+
+    #[test]
     fn lookup_takes_the_last_package_folder_of_the_path() {
         let t = FrameTable::parse("sglang\tsglang/srt/a.py\tf\tweights\t1\n").unwrap();
         let l = r#"  File "/ws/sglang/python/sglang/srt/a.py", line 1, in f"#;

@@ -83,25 +83,39 @@ else
   rm -f "$CONF.new"
 fi
 
+# daemon CMD...: starts a daemon with no stdio of ours and no other inherited descriptor: one that kept a
+# caller's pipe would hold it open (`$(scripts/slurm-setup.sh | sed ...)` waited forever on the first cold start in
+# CI, the daemons holding the pipe). Its own output goes to $DIR/log/NAME.out.
+daemon() {
+  local name=$1; shift
+  (
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null
+    done
+    exec "$@" </dev/null >>"$DIR/log/$name.out" 2>&1
+  )
+}
+
 # munge: Debian's package writes /etc/munge/munge.key; munged runs as the munge user.
 if ! timeout 5 munge -n </dev/null >/dev/null 2>&1; then
   [ -s /etc/munge/munge.key ] || { log "creating /etc/munge/munge.key"; mungekey --create --keyfile=/etc/munge/munge.key; }
   chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
   mkdir -p /run/munge && chown munge:munge /run/munge && chmod 755 /run/munge
   log "starting munged"
-  runuser -u munge -- /usr/sbin/munged
+  daemon munged runuser -u munge -- /usr/sbin/munged
   timeout 10 bash -c 'until munge -n </dev/null >/dev/null 2>&1; do sleep 0.2; done' \
     || { log "munged did not answer within 10 s"; exit 1; }
 fi
 
 if ! alive "$DIR/slurmctld.pid"; then
   log "starting slurmctld"
-  slurmctld -f "$CONF" -c
+  daemon slurmctld slurmctld -f "$CONF" -c
 fi
 for n in n1 n2; do
   if ! alive "$DIR/slurmd-$n.pid"; then
     log "starting slurmd -N $n"
-    slurmd -f "$CONF" -N "$n"
+    daemon "slurmd-$n" slurmd -f "$CONF" -N "$n"
   fi
 done
 

@@ -45,7 +45,11 @@ fi
 # (idempotent), checked idle with a deadline; SLURM_CONF points every client (and the jobs) at it.
 if [ "$(id -u)" = 0 ]; then
   echo "== Slurm on loopback (scripts/slurm-setup.sh)"
-  SLURM_CONF=$(scripts/slurm-setup.sh | sed -n 's/^SLURM_CONF=//p')
+  # through a file, not a pipe, and bounded: a daemon that kept the script's stdout would hold a pipe open
+  slurm_out=$(mktemp)
+  timeout 300 scripts/slurm-setup.sh > "$slurm_out" || { echo "scripts/slurm-setup.sh failed"; rm -f "$slurm_out"; exit 1; }
+  SLURM_CONF=$(sed -n 's/^SLURM_CONF=//p' "$slurm_out")
+  rm -f "$slurm_out"
   export SLURM_CONF
 elif [ -z "${SLURM_CONF:-}" ]; then
   export SLURM_CONF=/var/tmp/vigil-slurm/slurm.conf

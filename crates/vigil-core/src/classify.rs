@@ -309,7 +309,7 @@ impl<'p> Classifier<'p> {
             _ if is_frame => {
                 let loc = table.locate(&message);
                 self.frame_file = loc.map(|l| l.0);
-                loc.filter(|_| table_may).and_then(|(file, func)| table.get(file, func))
+                loc.and_then(|(file, func)| table.get(file, func))
             }
             // (the code is what follows the last four-space indent: a process tag may come before it)
             (Some(file), None) if message.contains("    ") => {

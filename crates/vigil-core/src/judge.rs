@@ -712,20 +712,17 @@ impl Judge {
                     _ => None,
                 });
                 // (the same rank's progress: another rank going on says nothing of the failed one)
-                let same_rank = l.rank == b.rank;
-                if let (true, Some(p)) = (b.error && !b.benign && same_rank, went_on) {
-                    if p != Phase::Launch && p <= self.rank_phase(l.rank.as_deref()) && self.state == Verdict::Starting
-                    {
-                        ev.push(Event::Retried {
-                            phase: p,
-                            error: b.head.first().cloned().unwrap_or_default(),
-                            went_on: l.text.clone(),
-                        });
-                    } else if b.terminal {
-                        self.crash(b, ev);
-                        self.remember(&l.text);
-                        return;
-                    }
+                let retried = went_on.filter(|p| {
+                    b.error
+                        && !b.benign
+                        && l.rank == b.rank
+                        && *p != Phase::Launch
+                        && *p <= self.rank_phase(l.rank.as_deref())
+                        && self.state == Verdict::Starting
+                });
+                if let Some(phase) = retried {
+                    let error = b.head.first().cloned().unwrap_or_default();
+                    ev.push(Event::Retried { phase, error, went_on: l.text.clone() });
                 } else if b.terminal {
                     self.crash(b, ev);
                     self.remember(&l.text);

@@ -32,17 +32,6 @@ pub const INTERRUPTED: i32 = 130;
 
 use crate::Verdict;
 
-pub fn for_verdict(v: Verdict) -> i32 {
-    match v {
-        Verdict::Ready => READY,
-        Verdict::Crashed => CRASHED,
-        Verdict::Stalled => STALLED,
-        Verdict::Timeout => TIMEOUT,
-        Verdict::Unhealthy => UNHEALTHY,
-        Verdict::Starting => STARTING,
-    }
-}
-
 /// Every exit code as a type, with an explicit severity order for commands that report several
 /// outcomes in one code (a fleet, several hosts, several files): the most severe wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,6 +40,9 @@ pub enum Exit {
     Ready,
     /// Ready but degraded: the server serves, so it ranks below every failure.
     Degraded,
+    /// `vigil probe` only: not ready (Kubernetes' exec-probe convention, any non-zero fails the probe).
+    /// Its code is 1, shared with `Internal`: a code of 1 read back is `Internal`.
+    NotReady,
     Starting,
     Timeout,
     Unhealthy,
@@ -68,9 +60,10 @@ pub enum Exit {
 }
 
 impl Exit {
-    pub const ALL: [Exit; 14] = [
+    pub const ALL: [Exit; 15] = [
         Exit::Ready,
         Exit::Degraded,
+        Exit::NotReady,
         Exit::Starting,
         Exit::Timeout,
         Exit::Unhealthy,
@@ -89,6 +82,7 @@ impl Exit {
         match self {
             Exit::Ready => READY,
             Exit::Degraded => DEGRADED,
+            Exit::NotReady => INTERNAL,
             Exit::Starting => STARTING,
             Exit::Timeout => TIMEOUT,
             Exit::Unhealthy => UNHEALTHY,
@@ -104,9 +98,66 @@ impl Exit {
         }
     }
 
+    /// The outcome a verdict ends a command with.
+    pub fn for_verdict(v: Verdict) -> Exit {
+        match v {
+            Verdict::Ready => Exit::Ready,
+            Verdict::Crashed => Exit::Crashed,
+            Verdict::Stalled => Exit::Stalled,
+            Verdict::Timeout => Exit::Timeout,
+            Verdict::Unhealthy => Exit::Unhealthy,
+            Verdict::Starting => Exit::Starting,
+        }
+    }
+
+    /// The outcome's one word, as every sink writes it (a host's row, a rank's line, a summary).
+    pub fn word(self) -> &'static str {
+        match self {
+            Exit::Ready => "ready",
+            Exit::Degraded => "degraded",
+            Exit::NotReady => "not ready",
+            Exit::Starting => "starting",
+            Exit::Timeout => "timeout",
+            Exit::Unhealthy => "unhealthy",
+            Exit::Stalled => "stalled",
+            Exit::Crashed => "crashed",
+            Exit::Refused => "refused",
+            Exit::CheckFailed => "check failed",
+            Exit::NotStopped => "not stopped",
+            Exit::Unreachable => "unreachable",
+            Exit::Usage => "error",
+            Exit::Internal => "internal error",
+            Exit::Interrupted => "interrupted",
+        }
+    }
+
     /// The code's meaning; an unknown code is an internal error.
     pub fn from_code(c: i32) -> Exit {
-        Exit::ALL.into_iter().find(|e| e.code() == c).unwrap_or(Exit::Internal)
+        Exit::ALL.into_iter().filter(|e| *e != Exit::NotReady).find(|e| e.code() == c).unwrap_or(Exit::Internal)
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
+/// On a wire (the Slurm ranks' protocol, JSON events) an outcome is its exit code.
+impl serde::Serialize for Exit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i32(self.code())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Exit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Exit, D::Error> {
+        let c = <i32 as serde::Deserialize>::deserialize(d)?;
+        let e = Exit::from_code(c);
+        if e.code() != c {
+            return Err(serde::de::Error::custom(format!("{c} is not an exit code of vigil")));
+        }
+        Ok(e)
     }
 }
 
@@ -121,13 +172,14 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_distinct() {
-        for e in Exit::ALL {
+        for e in Exit::ALL.into_iter().filter(|e| *e != Exit::NotReady) {
             assert_eq!(Exit::from_code(e.code()), e);
         }
-        let mut codes: Vec<i32> = Exit::ALL.iter().map(|e| e.code()).collect();
+        assert_eq!(Exit::from_code(Exit::NotReady.code()), Exit::Internal);
+        let mut codes: Vec<i32> = Exit::ALL.iter().filter(|e| **e != Exit::NotReady).map(|e| e.code()).collect();
         codes.sort();
         codes.dedup();
-        assert_eq!(codes.len(), Exit::ALL.len());
+        assert_eq!(codes.len(), Exit::ALL.len() - 1);
     }
 
     /// Issue #14: a fleet where one host crashed and another is degraded exits 3, not 11.

@@ -1,6 +1,8 @@
 //! The one error type of the commands: a usage error (exit 2), an internal one (exit 1), or an
 //! unreachable host (exit 12), each printed as one line.
 
+use crate::exit::Exit;
+
 /// An error the user can act on (exit 2) or an internal one (exit 1), printed as one line.
 #[derive(Debug)]
 pub enum CliError {
@@ -16,11 +18,11 @@ impl CliError {
     }
 
     /// The exit code this error ends vigil (or one host's work) with.
-    pub fn code(&self) -> i32 {
+    pub fn code(&self) -> Exit {
         match self {
-            CliError::Usage(_) => crate::exit::USAGE,
-            CliError::Internal(_) => crate::exit::INTERNAL,
-            CliError::Unreachable(_) => crate::exit::UNREACHABLE,
+            CliError::Usage(_) => Exit::Usage,
+            CliError::Internal(_) => Exit::Internal,
+            CliError::Unreachable(_) => Exit::Unreachable,
         }
     }
 

@@ -5,6 +5,7 @@
 //! `vigil ...` line of every example with the real parser, so an example cannot drift from the flags.
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use clap::Command;
 use std::io::Write;
 use std::path::Path;
@@ -222,7 +223,7 @@ Examples:
   vigil man --dir ~/.local/share/man/man1";
 
 /// `vigil completions SHELL`: the completion script on stdout.
-pub fn completions(shell: clap_complete::Shell, cmd: Command) -> Result<i32, CliError> {
+pub fn completions(shell: clap_complete::Shell, cmd: Command) -> Result<Exit, CliError> {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut without_hidden(cmd), "vigil", &mut buf);
     write_stdout(&buf)
@@ -240,7 +241,7 @@ fn without_hidden(cmd: Command) -> Command {
 }
 
 /// `vigil man`: the top page on stdout; `--dir DIR`: one page per command written to DIR.
-pub fn man(mut cmd: Command, dir: Option<&Path>) -> Result<i32, CliError> {
+pub fn man(mut cmd: Command, dir: Option<&Path>) -> Result<Exit, CliError> {
     // Building the root first names the subcommands `vigil-up` and their synopsis `vigil up`.
     cmd = cmd.disable_help_subcommand(true);
     cmd.build();
@@ -260,7 +261,7 @@ pub fn man(mut cmd: Command, dir: Option<&Path>) -> Result<i32, CliError> {
         std::fs::write(dir.join(&name), &buf).map_err(err)?;
         crate::report::out_line(&dir.join(&name).display().to_string());
     }
-    Ok(crate::exit::READY)
+    Ok(Exit::Ready)
 }
 
 /// One manual page: clap_mangen's sections, with the long help's trailing text (examples, exit
@@ -325,11 +326,11 @@ fn roff_line(l: &str) -> String {
 }
 
 /// Writes generated text to stdout; a reader that went away (`vigil man | head`) is not an error.
-fn write_stdout(buf: &[u8]) -> Result<i32, CliError> {
+fn write_stdout(buf: &[u8]) -> Result<Exit, CliError> {
     let mut o = std::io::stdout().lock();
     match o.write_all(buf).and_then(|_| o.flush()) {
-        Ok(()) => Ok(crate::exit::READY),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(crate::exit::READY),
+        Ok(()) => Ok(Exit::Ready),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Exit::Ready),
         Err(e) => Err(CliError::Internal(format!("writing to stdout: {e}"))),
     }
 }

@@ -8,6 +8,7 @@ mod node;
 mod sinks;
 mod sources;
 mod supervise;
+use crate::exit::Exit;
 use check::{fit, gguf};
 use commands::{diagnose, kprobe};
 use node::{keeper, remote, run, up};
@@ -50,21 +51,21 @@ fn main() {
         Ok(c) => c,
         Err(CliError::Usage(m)) => {
             eprintln!("vigil: error: {m}");
-            exit::USAGE
+            Exit::Usage
         }
         Err(CliError::Internal(m)) => {
             eprintln!("vigil: internal error: {m}");
-            exit::INTERNAL
+            Exit::Internal
         }
         Err(CliError::Unreachable(m)) => {
             eprintln!("vigil: error: {m}");
-            exit::UNREACHABLE
+            Exit::Unreachable
         }
     };
-    std::process::exit(code);
+    std::process::exit(code.code());
 }
 
-fn run(cli: Cli) -> Result<i32, CliError> {
+fn run(cli: Cli) -> Result<Exit, CliError> {
     use std::os::unix::ffi::OsStringExt;
     if let Cmd::Keeper { dir } = cli.cmd {
         return Ok(keeper::main(dir));
@@ -142,12 +143,12 @@ fn run(cli: Cli) -> Result<i32, CliError> {
                 Ok(r) => r,
                 Err(e) => {
                     crate::report::out_line(&e);
-                    return Ok(exit::READY);
+                    return Ok(Exit::Ready);
                 }
             };
             let s = reader.sample().map_err(CliError::Internal)?;
             crate::tables::gpu(&s, json);
-            Ok(exit::READY)
+            Ok(Exit::Ready)
         }
         Cmd::Watch { name, proof, json } => {
             let (dir, rec) = run::load(&name)?;
@@ -177,13 +178,13 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
             tables::profiles(&profiles);
-            Ok(exit::READY)
+            Ok(Exit::Ready)
         }
     }
 }
 
 /// The commands that work on remote hosts (`--host`, `--hosts`, `--hosts-file`).
-fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Result<i32, CliError> {
+fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Result<Exit, CliError> {
     use std::os::unix::ffi::OsStringExt;
     let rt = runtime()?;
     match cmd {

@@ -2,7 +2,7 @@
 
 use crate::error::CliError;
 use crate::events::WatchEvent;
-use crate::exit;
+use crate::exit::Exit;
 use crate::lines::Splitter;
 use crate::report::Reporter;
 use std::io::Read;
@@ -16,22 +16,22 @@ pub struct Args {
     pub server: Option<String>,
 }
 
-pub fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
+pub fn run(a: Args, profiles: &Profiles) -> Result<Exit, CliError> {
     if a.files.is_empty() {
         return Err(CliError::usage("diagnose: give at least one log file"));
     }
     let mut rep = Reporter::new(a.json, a.quiet);
     rep.offline();
-    let mut code = exit::READY;
+    let mut code = Exit::Ready;
     let many = a.files.len() > 1;
     for f in &a.files {
         let c = one(f, &a, profiles, &mut rep, many)?;
-        code = exit::worst(code, c);
+        code = code.max(c);
     }
     Ok(code)
 }
 
-fn one(path: &str, a: &Args, profiles: &Profiles, rep: &mut Reporter, many: bool) -> Result<i32, CliError> {
+fn one(path: &str, a: &Args, profiles: &Profiles, rep: &mut Reporter, many: bool) -> Result<Exit, CliError> {
     let mut file: Box<dyn Read> = if path == "-" {
         Box::new(std::io::stdin())
     } else {
@@ -92,7 +92,7 @@ fn one(path: &str, a: &Args, profiles: &Profiles, rep: &mut Reporter, many: bool
     let r = offline.finish(&mut |seen| show(seen, lineno, rep));
     let t = r.elapsed_ms.unwrap_or(0);
     rep.verdict(t, &r, many.then_some(path));
-    Ok(exit::for_verdict(r.verdict))
+    Ok(Exit::for_verdict(r.verdict))
 }
 
 fn ev_time(ev: &vigil_core::Event) -> u64 {

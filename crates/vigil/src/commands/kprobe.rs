@@ -2,6 +2,7 @@
 //! scripts. Exit 0 when ready, 1 when not; one line saying which and why; bounded by `--timeout`.
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use crate::probe::{self, Target};
 use crate::report::out_line;
 use crate::run as runs;
@@ -20,7 +21,7 @@ pub struct Args {
     pub tls: TlsOpts,
 }
 
-pub async fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
+pub async fn run(a: Args, profiles: &Profiles) -> Result<Exit, CliError> {
     let t0 = Instant::now();
     let Args { name, url, log, generate, timeout, server, tls } = a;
     let (mut url, mut log, mut server, mut pid) = (url, log, server, None);
@@ -45,9 +46,9 @@ pub async fn run(a: Args, profiles: &Profiles) -> Result<i32, CliError> {
     let line = |ok: bool, what: &str| {
         out_line(&format!("{} {what}", if ok { "ready:" } else { "not ready:" }));
         if ok {
-            0
+            Exit::Ready
         } else {
-            1
+            Exit::NotReady
         }
     };
     if let Some(p) = pid {

@@ -7,7 +7,7 @@ pub mod kprobe;
 
 use crate::error::CliError;
 use crate::events::WatchEvent;
-use crate::exit;
+use crate::exit::Exit;
 use crate::follow::SourceMsg;
 use crate::node::{fold, gather, AnyNode, LocalNode, Node, Nodes};
 use crate::report::{out_line, Reporter};
@@ -19,12 +19,12 @@ use vigil_core::judge::fmt_ms;
 use vigil_core::{Profiles, Verdict};
 
 /// `vigil status`: every run with its state and phase.
-pub async fn status(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<i32, CliError> {
+pub async fn status(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<Exit, CliError> {
     table(nodes, json, profiles, |n, p| async move { n.status(&p).await }, crate::tables::status).await
 }
 
 /// `vigil ps`: inference servers that vigil did not start.
-pub async fn ps(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<i32, CliError> {
+pub async fn ps(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<Exit, CliError> {
     table(nodes, json, profiles, |n, p| async move { n.ps(&p).await }, crate::tables::ps).await
 }
 
@@ -36,7 +36,7 @@ async fn table<T, F, Fut>(
     profiles: &Profiles,
     rows_of: F,
     render: fn(&[T], bool),
-) -> Result<i32, CliError>
+) -> Result<Exit, CliError>
 where
     T: 'static,
     F: Fn(AnyNode, Profiles) -> Fut + Clone + 'static,
@@ -52,7 +52,7 @@ where
 }
 
 /// `vigil down NAME…|--all`: stops runs, proving that nothing (and no GPU memory) is left.
-pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration, json: bool) -> Result<i32, CliError> {
+pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration, json: bool) -> Result<Exit, CliError> {
     if names.is_empty() && !all {
         return Err(CliError::usage("down: give a run name, --all or --pid PID"));
     }
@@ -69,10 +69,10 @@ pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration,
                     rep.tagged(h, None);
                 }
                 let names = if all { n.runs().await? } else { names };
-                let mut code = exit::READY;
+                let mut code = Exit::Ready;
                 for name in names {
                     if !n.stop(&name, grace, &mut rep).await? {
-                        code = exit::NOT_STOPPED;
+                        code = Exit::NotStopped;
                     }
                 }
                 Ok(code)
@@ -84,7 +84,7 @@ pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration,
 
 /// `vigil logs NAME [-f] [-n N]`: the last lines of a run's log, redacted; `-f` follows it (over SSH
 /// through reconnects, no line lost or repeated) until Ctrl-C.
-pub async fn logs(nodes: &Nodes, name: String, follow: bool, lines: usize) -> Result<i32, CliError> {
+pub async fn logs(nodes: &Nodes, name: String, follow: bool, lines: usize) -> Result<Exit, CliError> {
     crate::run::valid_name(&name)?;
     let n = nodes.one("logs").await?;
     let tail = n.log_tail(&name, lines).await?;
@@ -93,7 +93,7 @@ pub async fn logs(nodes: &Nodes, name: String, follow: bool, lines: usize) -> Re
         out_line(&redactor.redact(l));
     }
     if !follow {
-        return Ok(exit::READY);
+        return Ok(Exit::Ready);
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let follower = n.follow_log(&name, tail.offset, tx);
@@ -104,7 +104,7 @@ pub async fn logs(nodes: &Nodes, name: String, follow: bool, lines: usize) -> Re
     let mut down = false;
     loop {
         tokio::select! {
-            _ = crate::signals::next_interrupt() => return Ok(exit::READY),
+            _ = crate::signals::next_interrupt() => return Ok(Exit::Ready),
             _ = &mut follower, if following => following = false,
             m = rx.recv() => match m {
                 Some(SourceMsg::Line(l)) => out_line(&redactor.redact(&l)),
@@ -119,7 +119,7 @@ pub async fn logs(nodes: &Nodes, name: String, follow: bool, lines: usize) -> Re
                 Some(SourceMsg::Resumed) => down = false,
                 Some(SourceMsg::Lost(why)) => return Err(CliError::Unreachable(why)),
                 Some(_) => {}
-                None => return Ok(exit::READY),
+                None => return Ok(Exit::Ready),
             }
         }
     }
@@ -135,7 +135,7 @@ pub async fn up(
     a: UpArgs,
     argv: Vec<Vec<u8>>,
     profiles: Profiles,
-) -> Result<i32, CliError> {
+) -> Result<Exit, CliError> {
     if argv.is_empty() {
         return Err(CliError::usage(
             "up: give the server command after --, e.g. vigil up -- llama-server -m model.gguf",
@@ -173,7 +173,7 @@ pub async fn up(
         }
         // SIGTERM after ready is an orderly stop (exit 0); before a verdict it stays 130
         let ok = node.stop(&name, a.grace, &mut rep).await?;
-        return Ok(if ok { code } else { exit::NOT_STOPPED });
+        return Ok(if ok { code } else { Exit::NotStopped });
     }
     if a.detach || crate::up::watching(&a) || !ready {
         return Ok(code);
@@ -205,20 +205,20 @@ pub async fn up(
                         d.evidence.last().map(|l| format!(" ({})", rep.redact(l))).unwrap_or_default()
                     ),
                 );
-                return Ok(exit::CRASHED);
+                return Ok(Exit::Crashed);
             }
             if x.orderly_after_ready(end.requested) {
                 let how = crate::up::stopped_how(x, end.requested);
                 let ev = WatchEvent::Stopped { how: &how, exit_code: x.code, signal: x.signal, requested: end.requested };
                 rep.emit(None, &ev);
-                return Ok(exit::READY);
+                return Ok(Exit::Ready);
             }
             rep.note(0, &format!("the server {} after ready", crate::up::exit_how(x.code, x.signal)));
-            return Ok(exit::CRASHED);
+            return Ok(Exit::Crashed);
         }
     }
     let ok = node.stop(&name, a.grace, &mut rep).await?;
-    Ok(if ok { exit::READY } else { exit::NOT_STOPPED })
+    Ok(if ok { Exit::Ready } else { Exit::NotStopped })
 }
 
 /// `vigil wait`: watches a server to a verdict: what the flags name, or the run NAME of `vigil up` on this
@@ -228,7 +228,7 @@ pub async fn wait(
     name: Option<String>,
     mut w: crate::wait::Args,
     profiles: Profiles,
-) -> Result<i32, CliError> {
+) -> Result<Exit, CliError> {
     if let Nodes::Remote(hs) = nodes {
         let Some(name) = name.clone() else {
             return Err(CliError::usage("wait --host: give the NAME of a run started with `vigil up --host`"));
@@ -253,7 +253,7 @@ pub async fn check(
     server: Option<String>,
     json: bool,
     profiles: Profiles,
-) -> Result<i32, CliError> {
+) -> Result<Exit, CliError> {
     if argv.is_empty() {
         return Err(CliError::usage("check: give the server command after --"));
     }
@@ -263,16 +263,16 @@ pub async fn check(
         r = node.check(&argv, kind, &profiles) => r?,
         _ = crate::signals::next_interrupt() => {
             eprintln!("vigil: interrupted");
-            return Ok(exit::INTERRUPTED);
+            return Ok(Exit::Interrupted);
         }
     };
     crate::tables::check(&rep, json);
-    Ok(if rep.errors() > 0 { exit::CHECK_FAILED } else { exit::READY })
+    Ok(if rep.errors() > 0 { Exit::CheckFailed } else { Exit::Ready })
 }
 
 /// `vigil dump NAME`: where every process of a run's server is now, captured on its node (this machine or
 /// one host) and saved with the run; `--pid` captures a local tree vigil did not start.
-pub async fn dump(nodes: &Nodes, name: Option<String>, pid: Option<i32>, json: bool) -> Result<i32, CliError> {
+pub async fn dump(nodes: &Nodes, name: Option<String>, pid: Option<i32>, json: bool) -> Result<Exit, CliError> {
     let name = match (name, pid, nodes) {
         (None, Some(p), Nodes::Local) => return crate::evidence::dump_pid(p, json),
         (_, Some(_), Nodes::Remote(_)) => return Err(CliError::usage("dump --host: give a run NAME (--pid is local)")),
@@ -287,5 +287,5 @@ pub async fn dump(nodes: &Nodes, name: Option<String>, pid: Option<i32>, json: b
         rep.add_secret(s);
     }
     rep.event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
-    Ok(exit::READY)
+    Ok(Exit::Ready)
 }

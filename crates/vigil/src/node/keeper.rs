@@ -19,6 +19,7 @@
 //! a secret, so no part of a secret reaches the log before the whole of it can be redacted.
 
 use crate::events::RunEvent;
+use crate::exit::Exit;
 use crate::procs;
 use crate::run::{self, RunRecord, Secrets, State, StopRequest};
 use std::io::{Read, Write};
@@ -370,9 +371,11 @@ fn write_state(dir: &Path, st: &State) {
 }
 
 /// Entry point of `vigil __keeper RUN_DIR`. Returns the keeper's exit code.
-pub fn main(dir: PathBuf) -> i32 {
+/// The keeper's own end (the server's is in its state file): no run record is a usage error, a log it
+/// cannot open an internal one.
+pub fn main(dir: PathBuf) -> Exit {
     let Some(rec) = run::read_json::<RunRecord>(&dir.join("run.json")) else {
-        return 2;
+        return Exit::Usage;
     };
     let secrets: Secrets = run::stored_secrets(&rec.name, None);
     let (argv, env) = run::unredact(&rec, &secrets);
@@ -390,7 +393,7 @@ pub fn main(dir: PathBuf) -> i32 {
         Err(e) => {
             st.spawn_error = Some(format!("cannot open log {}: {e}", log_path.display()));
             write_state(&dir, &st);
-            return 1;
+            return Exit::Internal;
         }
     };
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -429,7 +432,7 @@ pub fn main(dir: PathBuf) -> i32 {
         Err(e) => {
             st.spawn_error = Some(format!("cannot start {}: {e}", argv[0]));
             write_state(&dir, &st);
-            return 1;
+            return Exit::Internal;
         }
     };
     let server = child.id() as i32;
@@ -504,7 +507,7 @@ pub fn main(dir: PathBuf) -> i32 {
     if let Ok(mut w) = log.lock() {
         let _ = w.file.flush();
     }
-    0
+    Exit::Ready
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod up;
 
 use crate::check::Report as CheckReport;
 use crate::error::CliError;
+use crate::exit::Exit;
 use crate::follow::SourceMsg;
 use crate::report::Reporter;
 use crate::run::Redactor;
@@ -87,7 +88,7 @@ pub struct ServerEnd {
 }
 
 /// A launch's answer: the watch's settings, or why the node refused (exit code, one line).
-pub type Launched = Result<wait::Args, (i32, String)>;
+pub type Launched = Result<wait::Args, (Exit, String)>;
 
 /// What every node offers.
 #[allow(async_fn_in_trait)]
@@ -239,17 +240,16 @@ impl Nodes {
 }
 
 /// One node: its result as is; several: errors printed per node, the worst code.
-pub fn fold(mut v: Vec<(String, Result<i32, CliError>)>) -> Result<i32, CliError> {
-    use crate::exit;
+pub fn fold(mut v: Vec<(String, Result<Exit, CliError>)>) -> Result<Exit, CliError> {
     if v.len() == 1 {
         return v.pop().unwrap().1;
     }
-    let mut code = exit::READY;
+    let mut code = Exit::Ready;
     for (h, r) in v {
         match r {
-            Ok(c) => code = exit::worst(code, c),
+            Ok(c) => code = code.max(c),
             Err(e) => {
-                code = exit::worst(code, e.code());
+                code = code.max(e.code());
                 eprintln!("vigil: {h}: {}", e.message());
             }
         }
@@ -258,14 +258,14 @@ pub fn fold(mut v: Vec<(String, Result<i32, CliError>)>) -> Result<i32, CliError
 }
 
 /// Rows gathered from every node, and the exit code: when every node failed, only their errors.
-pub fn gather<T>(r: Vec<(String, Result<Vec<T>, CliError>)>) -> (Vec<T>, Result<i32, CliError>) {
+pub fn gather<T>(r: Vec<(String, Result<Vec<T>, CliError>)>) -> (Vec<T>, Result<Exit, CliError>) {
     let mut rows = Vec::new();
     let mut codes = Vec::new();
     for (h, x) in r {
         match x {
             Ok(v) => {
                 rows.extend(v);
-                codes.push((h, Ok(crate::exit::READY)));
+                codes.push((h, Ok(Exit::Ready)));
             }
             Err(e) => codes.push((h, Err(e))),
         }

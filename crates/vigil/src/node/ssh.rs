@@ -6,7 +6,7 @@ use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow, ServerEnd};
 use crate::check::Report as CheckReport;
 use crate::error::CliError;
 use crate::events::WatchEvent;
-use crate::exit;
+use crate::exit::Exit;
 use crate::follow::SourceMsg;
 use crate::remote::{self, Conn, RemoteWatch, SshOpts};
 use crate::report::Reporter;
@@ -152,7 +152,7 @@ impl Node for SshNode {
         if !a.no_check {
             let r = check_report(conn, &argv_s, kind.clone(), &env, profiles).await?;
             if let Some(why) = crate::check::gate(&r, a.json, &format!(" on {}", conn.dest)) {
-                return Ok(Err((exit::CHECK_FAILED, why)));
+                return Ok(Err((Exit::CheckFailed, why)));
             }
         }
         let script = remote::launch_script(conn, name, argv, &env, &shown, port, kind.as_deref());
@@ -163,7 +163,7 @@ impl Node for SshNode {
             (0, Some("pid")) => {}
             (91, _) => {
                 return Ok(Err((
-                    exit::USAGE,
+                    Exit::Usage,
                     format!(
                         "run '{name}' is still alive on {} (pid {}): `vigil down --host {} {name}`, or pass --replace",
                         conn.dest,
@@ -174,13 +174,13 @@ impl Node for SshNode {
             }
             (93, _) => {
                 return Ok(Err((
-                    exit::REFUSED,
+                    Exit::Refused,
                     format!("refused: port {} is taken on {}; not launching", port.unwrap_or(0), conn.dest),
                 )))
             }
             _ => {
                 return Ok(Err((
-                    exit::INTERNAL,
+                    Exit::Internal,
                     format!("launch on {} failed (status {code}): {} {}", conn.dest, out.trim(), err.trim()),
                 )))
             }

@@ -2,7 +2,7 @@
 
 use crate::error::CliError;
 use crate::events::{RunEvent, WatchEvent};
-use crate::exit;
+use crate::exit::Exit;
 use crate::follow::{arg_value, cmdline};
 use crate::procs;
 use crate::report::Reporter;
@@ -163,7 +163,7 @@ pub async fn launch(
     a: &UpArgs,
     profiles: &Profiles,
     rep: &mut Reporter,
-) -> Result<Result<wait::Args, (i32, String)>, CliError> {
+) -> Result<crate::node::Launched, CliError> {
     let dir = run::run_dir(name)?;
     // An earlier run with this name still alive?
     if let Some(st) = read_state(&dir) {
@@ -192,7 +192,7 @@ pub async fn launch(
     if let Some(p) = port {
         if !procs::port_free(p) {
             let holder = procs::port_holder_text(p);
-            return Ok(Err((exit::REFUSED, format!("port {p} is taken by {holder}; not launching"))));
+            return Ok(Err((Exit::Refused, format!("port {p} is taken by {holder}; not launching"))));
         }
     }
     if !a.no_check {
@@ -208,7 +208,7 @@ pub async fn launch(
             profiles,
         )?;
         if let Some(why) = crate::check::gate(&rep, a.json, "") {
-            return Ok(Err((exit::CHECK_FAILED, why)));
+            return Ok(Err((Exit::CheckFailed, why)));
         }
     }
     run::mkdir_private(&dir)?;
@@ -247,7 +247,7 @@ pub async fn launch(
     }
     run::write_json(&dir.join("run.json"), &rec)?;
     if crate::signals::take_interrupt() {
-        return Ok(Err((exit::INTERRUPTED, "interrupted before the launch: nothing started".into())));
+        return Ok(Err((Exit::Interrupted, "interrupted before the launch: nothing started".into())));
     }
     spawn_keeper(&dir)?;
     // The keeper writes state.json once the server runs (or could not start).
@@ -470,7 +470,7 @@ fn gpu_released(b: &crate::gpu::Before, left: &[crate::gpu::Holder], rep: &mut R
 
 /// `vigil down --pid PID`: stops a process tree vigil did not start, proving nothing (and no GPU memory)
 /// is left.
-pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<i32, CliError> {
+pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<Exit, CliError> {
     let mut rep = Reporter::new(json, false);
     if !procs::alive(p) {
         return Err(CliError::usage(format!("--pid {p}: no such live process")));
@@ -493,11 +493,11 @@ pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<i32, CliError> {
         );
     }
     let gpu_left = gpu_release(gpu_before, &mut rep, t0);
-    Ok(if r.survivors.is_empty() && gpu_left.is_empty() { exit::READY } else { exit::NOT_STOPPED })
+    Ok(if r.survivors.is_empty() && gpu_left.is_empty() { Exit::Ready } else { Exit::NotStopped })
 }
 
 /// `vigil restart NAME`: stops the run and launches its recorded command again (detached).
-pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, CliError> {
+pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, CliError> {
     let (dir, rec) = run::load(name)?;
     let secrets: Secrets = run::stored_secrets(name, None);
     let (argv, mut env) = run::unredact(&rec, &secrets);
@@ -507,7 +507,7 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<i32, C
     if let Some(st) = read_state(&dir) {
         let surv = stop_run(&dir, &st, a.grace, &mut rep).await?;
         if !surv.is_empty() {
-            return Ok(exit::NOT_STOPPED);
+            return Ok(Exit::NotStopped);
         }
     }
     let a = UpArgs { detach: true, replace: true, name: Some(name.to_string()), server: rec.server.clone(), ..a };

@@ -4,6 +4,7 @@
 //! what changed) is in `vigil_core::history`; this module only gathers and stores.
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use crate::report::out_line;
 use regex::Regex;
 use rusqlite::{params, Connection, TransactionBehavior};
@@ -942,7 +943,7 @@ pub(crate) struct JsonLine<'a> {
 
 /// `vigil history [NAME] [--json]`: past startups newest last, then per key the per-phase medians and
 /// spread; failed or slow ones with what changed since the last good start of their key.
-pub fn list(name: Option<&str>, json: bool) -> Result<i32, CliError> {
+pub fn list(name: Option<&str>, json: bool) -> Result<Exit, CliError> {
     let store = open_for_command()?;
     let all = store.list(name).map_err(|e| CliError::usage(format!("history: {e}")))?;
     if all.is_empty() && !json {
@@ -950,7 +951,7 @@ pub fn list(name: Option<&str>, json: bool) -> Result<i32, CliError> {
             Some(n) => format!("no startups of {n} recorded in {}", store.path.display()),
             None => format!("no startups recorded in {}", store.path.display()),
         });
-        return Ok(crate::exit::READY);
+        return Ok(Exit::Ready);
     }
     // what changed: against the previous good startup of the same key
     let mut last_good: BTreeMap<String, &Startup> = BTreeMap::new();
@@ -967,7 +968,7 @@ pub fn list(name: Option<&str>, json: bool) -> Result<i32, CliError> {
         }
     }
     crate::tables::history(&all, &changes, json);
-    Ok(crate::exit::READY)
+    Ok(Exit::Ready)
 }
 
 /// One log read offline: its verdict, what the judge measured, and the arguments it printed.
@@ -1050,15 +1051,15 @@ pub fn read_log(path: &Path, profiles: &Profiles) -> Result<Offline, String> {
 }
 
 /// `vigil history import LOG…`: old logs into the store, so a team's logs count from day one.
-pub fn import(files: &[PathBuf], profiles: &Profiles) -> Result<i32, CliError> {
+pub fn import(files: &[PathBuf], profiles: &Profiles) -> Result<Exit, CliError> {
     let mut store = open_for_command()?;
-    let mut worst = crate::exit::READY;
+    let mut worst = Exit::Ready;
     for f in files {
         let o = match read_log(f, profiles) {
             Ok(o) => o,
             Err(e) => {
                 eprintln!("vigil: history import: {e}");
-                worst = crate::exit::USAGE;
+                worst = Exit::Usage;
                 continue;
             }
         };

@@ -4,6 +4,7 @@
 //! (no scripts, no external fonts or images) for a browser or a bug report.
 
 use crate::error::CliError;
+use crate::exit::Exit;
 use crate::report::out_line;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -465,7 +466,7 @@ fn medians(name: &str) -> BTreeMap<Phase, u64> {
 }
 
 /// `vigil timeline NAME|LOG [--svg FILE]`.
-pub fn run(target: &str, svg_out: Option<&Path>, profiles: &Profiles) -> Result<i32, CliError> {
+pub fn run(target: &str, svg_out: Option<&Path>, profiles: &Profiles) -> Result<Exit, CliError> {
     let (log, name) = if Path::new(target).is_file() {
         let n = Path::new(target).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         (PathBuf::from(target), n)
@@ -479,14 +480,14 @@ pub fn run(target: &str, svg_out: Option<&Path>, profiles: &Profiles) -> Result<
     if let Some(f) = svg_out {
         std::fs::write(f, svg(&pic)).map_err(|e| CliError::usage(format!("--svg {}: {e}", f.display())))?;
         out_line(&format!("wrote {}", f.display()));
-        return Ok(crate::exit::READY);
+        return Ok(Exit::Ready);
     }
     let tty = crate::report::is_tty(1);
     let color = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     for l in text(&pic, if tty { 120 } else { 100 }, color) {
         out_line(&l);
     }
-    Ok(crate::exit::READY)
+    Ok(Exit::Ready)
 }
 
 #[cfg(test)]

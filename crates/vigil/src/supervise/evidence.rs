@@ -4,6 +4,7 @@
 //! each tool run has a deadline, every file kept is cut at a size, at most `MAX_PROCS` processes. The raw
 //! output goes to a folder of the run; `vigil_core::evidence` parses and summarises it.
 
+use crate::exit::Exit;
 use crate::run::Redactor;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -302,12 +303,12 @@ pub async fn at_verdict(
 
 /// `vigil dump --pid PID`: the evidence of a process tree vigil did not start, saved under the state
 /// directory. (A run's evidence comes through its node: `commands::dump`.)
-pub fn dump_pid(p: i32, json: bool) -> Result<i32, crate::error::CliError> {
+pub fn dump_pid(p: i32, json: bool) -> Result<Exit, crate::error::CliError> {
     use crate::error::CliError;
     if p <= 0 || !crate::procs::alive(p) {
         return Err(CliError::usage(format!("dump --pid {p}: no such live process")));
     }
     let ev = gather(p, &dir_for(None, p), &[]);
     crate::report::Reporter::new(json, false).event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
-    Ok(0)
+    Ok(Exit::Ready)
 }

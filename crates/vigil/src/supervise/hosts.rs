@@ -11,7 +11,7 @@
 
 use crate::error::CliError;
 use crate::events::WatchEvent;
-use crate::exit;
+use crate::exit::Exit;
 use crate::node::{AnyNode, Launch, Node, SshNode};
 use crate::remote::{self, SshOpts};
 use crate::report::Reporter;
@@ -82,7 +82,7 @@ impl HostResult {
         HostResult {
             host: host.to_string(),
             rank,
-            code: exit::INTERNAL,
+            code: Exit::Internal,
             report: None,
             note: String::new(),
             node: None,
@@ -114,14 +114,14 @@ impl HostResult {
 
     /// A single host's result as vigil's own: a failure without a verdict is the error it was
     /// (its one line printed, its exit code); anything else is the exit code.
-    pub fn into_single(self) -> Result<i32, CliError> {
-        if self.report.is_some() || matches!(self.code, exit::READY | exit::DEGRADED | exit::INTERRUPTED) {
+    pub fn into_single(self) -> Result<Exit, CliError> {
+        if self.report.is_some() || matches!(self.code, Exit::Ready | Exit::Degraded | Exit::Interrupted) {
             return Ok(self.code);
         }
         match self.code {
-            exit::UNREACHABLE => Err(CliError::Unreachable(self.note)),
-            exit::USAGE => Err(CliError::usage(self.note)),
-            exit::INTERNAL => Err(CliError::Internal(self.note)),
+            Exit::Unreachable => Err(CliError::Unreachable(self.note)),
+            Exit::Usage => Err(CliError::usage(self.note)),
+            Exit::Internal => Err(CliError::Internal(self.note)),
             c => {
                 eprintln!("vigil: error: {}", self.note);
                 Ok(c)
@@ -136,7 +136,7 @@ type Registry = Arc<std::sync::Mutex<Vec<Option<(Arc<AnyNode>, String)>>>>;
 pub struct HostResult {
     pub host: String,
     pub rank: Option<usize>,
-    pub code: i32,
+    pub code: Exit,
     pub report: Option<Report>,
     /// One line: the verdict's summary or why the host failed.
     pub note: String,
@@ -183,7 +183,7 @@ pub(crate) fn run_name(a: &UpArgs, kind: &Option<String>, argv: &[Vec<u8>]) -> S
 }
 
 /// `vigil up --hosts` (a fleet) or a multi-node server: `commands::up` runs a single node itself.
-pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) -> Result<i32, CliError> {
+pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) -> Result<Exit, CliError> {
     if argv.is_empty() {
         return Err(CliError::usage("up: give the server command after --"));
     }
@@ -234,14 +234,14 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
         if multi { drive_multi(&hs, jobs, prx, a.json, a.quiet).await } else { drive_fleet(hs.parallel, jobs).await };
     let code = summarize(&results, multi, a.json, a.quiet);
     // Foreground: stay until Ctrl-C, then stop every host's run (--detach leaves them running).
-    let all_ready = results.iter().all(|r| r.code == exit::READY || r.code == exit::DEGRADED);
+    let all_ready = results.iter().all(|r| r.code == Exit::Ready || r.code == Exit::Degraded);
     let failed_multi = multi && !all_ready;
-    if code == exit::INTERRUPTED || failed_multi || (!a.detach && !a.proof.watch && all_ready) {
+    if code == Exit::Interrupted || failed_multi || (!a.detach && !a.proof.watch && all_ready) {
         let mut rep = Reporter::new(a.json, a.quiet);
-        if !failed_multi && code != exit::INTERRUPTED {
+        if !failed_multi && code != Exit::Interrupted {
             rep.note(0, "serving on every host; Ctrl-C stops them (--detach to leave them running)");
             crate::signals::next_interrupt().await;
-        } else if a.keep && code == exit::INTERRUPTED {
+        } else if a.keep && code == Exit::Interrupted {
             return Ok(code);
         } else if failed_multi {
             rep.note(0, "one rank failed: stopping the other ranks (a multi-node server cannot run without them)");
@@ -253,7 +253,7 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
                 let mut rep = Reporter::new(a.json, a.quiet);
                 rep.tagged(&r.host, r.rank);
                 if !node.stop(&name, a.grace, &mut rep).await? {
-                    worst = exit::worst(worst, exit::NOT_STOPPED);
+                    worst = worst.max(Exit::NotStopped);
                 }
             }
         }
@@ -309,7 +309,7 @@ pub async fn up_one(
         Ok(Err((code, why))) => {
             res.code = code;
             res.note = why;
-            if tagged || code != exit::USAGE {
+            if tagged || code != Exit::Usage {
                 rep.note(0, &res.note);
             }
         }
@@ -390,7 +390,7 @@ where
                     }
                     x = rrx.recv() => {
                         let Some((i, r)) = x else { break };
-                        let step = multi.ended(i, exit::Exit::from_code(r.code));
+                        let step = multi.ended(i, r.code);
                         results[i] = Some(r);
                         if step == MultiStep::Done {
                             // one failed rank fails the server (or all have ended): stop watching the others
@@ -417,7 +417,7 @@ pub(crate) fn stopped_unless_done(results: Vec<Option<HostResult>>, hosts: &[Str
         .enumerate()
         .map(|(i, r)| {
             r.unwrap_or_else(|| HostResult {
-                code: exit::STARTING,
+                code: Exit::Starting,
                 note: "watch stopped: another rank failed".into(),
                 ..HostResult::new(&hosts[i], Some(i), name)
             })
@@ -427,8 +427,8 @@ pub(crate) fn stopped_unless_done(results: Vec<Option<HostResult>>, hosts: &[Str
 
 /// The per-host table (or JSON), and the exit code: the worst host's (multi-node: the deciding
 /// rank's).
-pub(crate) fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> i32 {
-    let exits: Vec<exit::Exit> = results.iter().map(|r| exit::Exit::from_code(r.code)).collect();
+pub(crate) fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> Exit {
+    let exits: Vec<Exit> = results.iter().map(|r| r.code).collect();
     let (worst, decider) = fleet::combine(&exits);
     let hosts: Vec<crate::events::HostLine> = results
         .iter()
@@ -436,7 +436,7 @@ pub(crate) fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: 
             host: r.host.clone(),
             rank: r.rank,
             verdict: verdict_text(r),
-            exit: r.code,
+            exit: r.code.code(),
             phase: r.report.as_ref().map(|x| x.phase),
             detail: r.note.clone(),
         })
@@ -444,7 +444,7 @@ pub(crate) fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: 
     let phase = fleet::least_phase(results.iter().filter_map(|r| r.report.as_ref().map(|x| x.phase)));
     let end = crate::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase };
     crate::tables::fleet(&end, json, quiet);
-    worst.code()
+    worst
 }
 
 /// A host's verdict as the fleet table shows it.
@@ -453,14 +453,14 @@ pub(crate) fn verdict_text(r: &HostResult) -> String {
         return s.clone();
     }
     match r.report.as_ref() {
-        Some(rep) if r.code == exit::DEGRADED => format!("{} (degraded)", rep.verdict),
+        Some(rep) if r.code == Exit::Degraded => format!("{} (degraded)", rep.verdict),
         Some(rep) => rep.verdict.to_string(),
         None => match r.code {
-            exit::UNREACHABLE => "unreachable".into(),
-            exit::REFUSED => "refused".into(),
-            exit::INTERRUPTED => "interrupted".into(),
-            exit::STARTING => "stopped".into(),
-            exit::USAGE => "error".into(),
+            Exit::Unreachable => "unreachable".into(),
+            Exit::Refused => "refused".into(),
+            Exit::Interrupted => "interrupted".into(),
+            Exit::Starting => "stopped".into(),
+            Exit::Usage => "error".into(),
             _ => "failed".into(),
         },
     }
@@ -468,7 +468,7 @@ pub(crate) fn verdict_text(r: &HostResult) -> String {
 
 /// `vigil wait --hosts H1,H2 NAME` (a fleet or a multi-node server): `commands::wait` runs a single node
 /// itself.
-pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles) -> Result<i32, CliError> {
+pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles) -> Result<Exit, CliError> {
     crate::run::valid_name(&name)?;
     let w0 = w.clone();
     let jobs: Vec<_> = hs

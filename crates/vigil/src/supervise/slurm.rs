@@ -17,7 +17,7 @@
 
 use crate::error::CliError;
 use crate::events::WatchEvent;
-use crate::exit;
+use crate::exit::Exit;
 use crate::hosts::{self, HostResult};
 use crate::node::{AnyNode, LocalNode, Node};
 use crate::report::Reporter;
@@ -165,9 +165,9 @@ enum Msg {
     /// rank → head: its phase changed.
     Phase { phase: Phase },
     /// rank → head: its watch ended (or its server ended after ready).
-    End { code: i32, verdict: String, note: String },
+    End { code: Exit, verdict: String, note: String },
     /// head → rank: the server is decided bad (or interrupted): stop yours and exit with `code`.
-    Stop { code: i32, why: String },
+    Stop { code: Exit, why: String },
     /// rank → head: stopped (`ok`: nothing left).
     Stopped { ok: bool },
 }
@@ -208,7 +208,7 @@ pub async fn up(
     mut a: UpArgs,
     argv: Vec<Vec<u8>>,
     profiles: Profiles,
-) -> Result<i32, CliError> {
+) -> Result<Exit, CliError> {
     if argv.is_empty() {
         return Err(CliError::usage("up: give the server command after --"));
     }
@@ -275,7 +275,7 @@ fn reporter(a: &UpArgs, job: &Job) -> Reporter {
 
 /// The head (rank 0): its own rank, the others' reports, the combined verdict, and at a failure the stop of
 /// every rank and the end of the step or job.
-async fn head(c: Ctx) -> Result<i32, CliError> {
+async fn head(c: Ctx) -> Result<Exit, CliError> {
     let Ctx { job, flags, a, argv, profiles } = c;
     let n = job.nodes.len();
     let port = job.port(&flags);
@@ -305,7 +305,7 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
     let t0 = Instant::now();
     let join_by = tokio::time::Instant::now() + flags.join;
     let mut interrupted = false;
-    let end_of = |i: usize, code: i32, verdict: String, note: String| -> HostResult {
+    let end_of = |i: usize, code: Exit, verdict: String, note: String| -> HostResult {
         HostResult { code, note, shown: Some(verdict), ..HostResult::new(&job.nodes[i], Some(i), &name) }
     };
     // the startup: every rank to its verdict, or the first failure
@@ -325,7 +325,7 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
             r = &mut local, if results[0].is_none() => {
                 let r = r.unwrap_or_else(|e| HostResult { note: format!("watch: {e}"), ..HostResult::new(&job.nodes[0], Some(0), &name) });
                 interrupted |= r.interrupted;
-                let step = multi.ended(0, exit::Exit::from_code(r.code));
+                let step = multi.ended(0, r.code);
                 results[0] = Some(r);
                 step
             }
@@ -347,12 +347,12 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
                 }
                 Ev::Got(r, Msg::End { code, verdict, note }) if results[r].is_none() => {
                     results[r] = Some(end_of(r, code, verdict, note));
-                    multi.ended(r, exit::Exit::from_code(code))
+                    multi.ended(r, code)
                 }
                 Ev::Closed(r) if results[r].is_none() => {
                     senders[r] = None;
-                    results[r] = Some(end_of(r, exit::UNREACHABLE, "unreachable".into(), format!("vigil on {} went away before its verdict", job.nodes[r])));
-                    multi.ended(r, exit::Exit::Unreachable)
+                    results[r] = Some(end_of(r, Exit::Unreachable, "unreachable".into(), format!("vigil on {} went away before its verdict", job.nodes[r])));
+                    multi.ended(r, Exit::Unreachable)
                 }
                 _ => MultiStep::Wait,
             },
@@ -361,8 +361,8 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
                 for r in 0..n {
                     if !joined[r] && results[r].is_none() {
                         let why = format!("vigil on {} did not reach the head within {}s (is it running under the same srun?)", job.nodes[r], flags.join.as_secs());
-                        results[r] = Some(end_of(r, exit::UNREACHABLE, "unreachable".into(), why));
-                        step = multi.ended(r, exit::Exit::Unreachable);
+                        results[r] = Some(end_of(r, Exit::Unreachable, "unreachable".into(), why));
+                        step = multi.ended(r, Exit::Unreachable);
                     }
                 }
                 step
@@ -382,10 +382,10 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
     let results: Vec<HostResult> = hosts::stopped_unless_done(results, &job.nodes, &name);
     let mut code = hosts::summarize(&results, true, a.json, a.quiet);
     if interrupted {
-        code = exit::INTERRUPTED;
+        code = Exit::Interrupted;
     }
     let mut why = String::new();
-    if fleet::serves(exit::Exit::from_code(code)) {
+    if fleet::serves(code) {
         // serving: until the job ends (SIGTERM), or a rank's server ends
         rep.note(
             t0.elapsed().as_millis() as u64,
@@ -394,28 +394,28 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
         loop {
             tokio::select! {
                 acc = listener.accept() => { drop(acc); }
-                _ = crate::signals::next_interrupt() => { interrupted = true; code = exit::READY; why = "interrupted".into(); break; }
+                _ = crate::signals::next_interrupt() => { interrupted = true; code = Exit::Ready; why = "interrupted".into(); break; }
                 end = node.wait_exit(&name) => {
                     let x = &end.exit;
                     if job_ending().await {
                         why = "interrupted: the job step is ending".into();
                         interrupted = true;
-                        code = exit::READY;
+                        code = Exit::Ready;
                     } else if x.orderly_after_ready(end.requested) {
                         why = format!("rank 0's server {} after ready", crate::up::stopped_how(x, end.requested));
-                        code = exit::READY;
+                        code = Exit::Ready;
                     } else {
                         why = format!("rank 0's server {} after ready: crashed", crate::up::exit_how(x.code, x.signal));
-                        code = exit::CRASHED;
+                        code = Exit::Crashed;
                     }
                     break;
                 }
                 Some(ev) = erx.recv() => match ev {
                     // the job's end reaches every node: a rank interrupted after ready is an orderly end
-                    Ev::Got(r, Msg::End { code: exit::INTERRUPTED, .. }) => {
+                    Ev::Got(r, Msg::End { code: Exit::Interrupted, .. }) => {
                         why = format!("rank {r} ({}) was interrupted: the job step is ending", job.nodes[r]);
                         interrupted = true;
-                        code = exit::READY;
+                        code = Exit::Ready;
                         break;
                     }
                     Ev::Got(r, Msg::End { code: c, note, .. }) => { why = format!("rank {r} ({}): {note}", job.nodes[r]); code = c; break; }
@@ -423,7 +423,7 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
                     // server included, and the server as a whole cannot serve
                     Ev::Closed(r) => {
                         why = format!("vigil on {} went away: Slurm ends that node's part of the step with its task", job.nodes[r]);
-                        code = exit::UNREACHABLE;
+                        code = Exit::Unreachable;
                         senders[r] = None;
                         break;
                     }
@@ -437,7 +437,7 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
     if why.is_empty() {
         why = format!(
             "the server is {}",
-            if interrupted { "interrupted".to_string() } else { format!("decided: exit {code}") }
+            if interrupted { "interrupted".to_string() } else { format!("decided: exit {}", code.code()) }
         );
     }
     for tx in senders.iter().flatten() {
@@ -447,7 +447,7 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
     let mut all_stopped = true;
     let keep = a.keep && interrupted;
     if !keep && !node.stop(&name, a.grace, &mut rep).await? {
-        worst = exit::worst(worst, exit::NOT_STOPPED);
+        worst = worst.max(Exit::NotStopped);
         all_stopped = false;
     }
     // each rank answers when its server is stopped (bounded: its grace and a margin); a rank that never
@@ -463,7 +463,7 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
                     waiting[r] = false;
                     confirmed[r] = ok;
                     if !ok {
-                        worst = exit::worst(worst, exit::NOT_STOPPED);
+                        worst = worst.max(Exit::NotStopped);
                         rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} ({}): its server was not stopped", job.nodes[r]));
                     }
                 }
@@ -479,7 +479,7 @@ async fn head(c: Ctx) -> Result<i32, CliError> {
     }
     drop(senders);
     all_stopped &= confirmed.iter().all(|c| *c);
-    if !interrupted && fleet::ends_allocation(exit::Exit::from_code(code)) {
+    if !interrupted && fleet::ends_allocation(code) {
         end_allocation(&job, flags.scancel, all_stopped, code, &mut rep, t0).await;
     }
     Ok(worst)
@@ -537,7 +537,7 @@ fn serve_conn(s: TcpStream, n: usize, etx: UnboundedSender<Ev>) {
 /// when every rank confirmed its stop, every vigil is exiting with the verdict's code and the step ends
 /// with them (a `scancel` of its own step would kill this vigil before its exit code is told); otherwise
 /// (a rank lost, silent or not stopped) `scancel JOB.STEP`. The job: `scancel JOB`.
-async fn end_allocation(job: &Job, s: Scancel, all_stopped: bool, code: i32, rep: &mut Reporter, t0: Instant) {
+async fn end_allocation(job: &Job, s: Scancel, all_stopped: bool, code: Exit, rep: &mut Reporter, t0: Instant) {
     let t = t0.elapsed().as_millis() as u64;
     let Some(target) = job.target(s) else {
         rep.note(t, "--scancel none: the allocation is left to the batch script");
@@ -547,7 +547,10 @@ async fn end_allocation(job: &Job, s: Scancel, all_stopped: bool, code: i32, rep
     if step && all_stopped {
         rep.note(
             t,
-            &format!("every rank stopped its server: Slurm step {target} ends as its vigils exit (exit {code})"),
+            &format!(
+                "every rank stopped its server: Slurm step {target} ends as its vigils exit (exit {})",
+                code.code()
+            ),
         );
         return;
     }
@@ -580,7 +583,7 @@ async fn connect(job: &Job, port: u16, by: tokio::time::Instant) -> Result<TcpSt
 
 /// A rank ≥ 1: its own rank, reported to the head; stops at the head's word, at an interrupt, or (the head
 /// lost) at its own failure, when it ends the allocation itself.
-async fn member(c: Ctx) -> Result<i32, CliError> {
+async fn member(c: Ctx) -> Result<Exit, CliError> {
     let Ctx { job, flags, a, argv, profiles } = c;
     let name = a.name.clone().unwrap_or_default();
     let mut rep = reporter(&a, &job);
@@ -623,12 +626,12 @@ async fn member(c: Ctx) -> Result<i32, CliError> {
     let t0 = Instant::now();
     let mut own: Option<HostResult> = None;
     let mut failed_at: Option<tokio::time::Instant> = None;
-    let mut code_from_head: Option<i32> = None;
+    let mut code_from_head: Option<Exit> = None;
     let mut head_lost: Option<String> = None;
     let mut interrupted = false;
     let answer_in = a.grace + Duration::from_secs(30);
     loop {
-        let serving = own.as_ref().is_some_and(|r| fleet::serves(exit::Exit::from_code(r.code)));
+        let serving = own.as_ref().is_some_and(|r| fleet::serves(r.code));
         tokio::select! {
             Some((_, p)) = prx.recv() => { let _ = otx.send(Msg::Phase { phase: p }); }
             r = &mut local, if own.is_none() => {
@@ -638,7 +641,7 @@ async fn member(c: Ctx) -> Result<i32, CliError> {
                 if interrupted {
                     break;
                 }
-                if !fleet::serves(exit::Exit::from_code(r.code)) {
+                if !fleet::serves(r.code) {
                     failed_at = Some(tokio::time::Instant::now());
                 } else {
                     rep.note(t0.elapsed().as_millis() as u64, "ready; the head node gives the combined verdict");
@@ -647,18 +650,18 @@ async fn member(c: Ctx) -> Result<i32, CliError> {
             }
             end = node.wait_exit(&name), if serving && failed_at.is_none() => {
                 if job_ending().await {
-                    let _ = otx.send(Msg::End { code: exit::INTERRUPTED, verdict: "interrupted".into(), note: "interrupted".into() });
+                    let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into() });
                     interrupted = true;
                     break;
                 }
                 let x = &end.exit;
                 let (code, note) = if x.orderly_after_ready(end.requested) {
-                    (exit::READY, format!("its server {} after ready", crate::up::stopped_how(x, end.requested)))
+                    (Exit::Ready, format!("its server {} after ready", crate::up::stopped_how(x, end.requested)))
                 } else {
-                    (exit::CRASHED, format!("its server {} after ready: crashed", crate::up::exit_how(x.code, x.signal)))
+                    (Exit::Crashed, format!("its server {} after ready: crashed", crate::up::exit_how(x.code, x.signal)))
                 };
                 rep.note(t0.elapsed().as_millis() as u64, &note);
-                let _ = otx.send(Msg::End { code, verdict: if code == exit::CRASHED { "crashed".into() } else { "stopped".into() }, note });
+                let _ = otx.send(Msg::End { code, verdict: if code == Exit::Crashed { "crashed".into() } else { "stopped".into() }, note });
                 if let Some(r) = own.as_mut() { r.code = code; }
                 failed_at = Some(tokio::time::Instant::now());
             }
@@ -678,7 +681,7 @@ async fn member(c: Ctx) -> Result<i32, CliError> {
             }
             _ = crate::signals::next_interrupt(), if own.is_some() => {
                 // told before this vigil's connection closes: the head must not take it for a lost rank
-                let _ = otx.send(Msg::End { code: exit::INTERRUPTED, verdict: "interrupted".into(), note: "interrupted".into() });
+                let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into() });
                 interrupted = true;
                 break;
             }
@@ -698,20 +701,20 @@ async fn member(c: Ctx) -> Result<i32, CliError> {
     drop(otx);
     // the connection writes what is queued (bounded), then ends
     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
-    let own_code = own.as_ref().map(|r| r.code).unwrap_or(exit::STARTING);
+    let own_code = own.as_ref().map(|r| r.code).unwrap_or(Exit::Starting);
     // SIGTERM after ready (the job's end, a person's scancel) is an orderly stop, as `vigil up`'s own
-    let serving = fleet::serves(exit::Exit::from_code(own_code));
+    let serving = fleet::serves(own_code);
     let mut code = match (interrupted, serving) {
-        (true, true) => exit::READY,
-        (true, false) => exit::INTERRUPTED,
+        (true, true) => Exit::Ready,
+        (true, false) => Exit::Interrupted,
         _ => code_from_head.unwrap_or(own_code),
     };
     // the head cannot end the allocation: this rank does, for its own failure only
-    if head_lost.is_some() && !interrupted && fleet::ends_allocation(exit::Exit::from_code(own_code)) {
+    if head_lost.is_some() && !interrupted && fleet::ends_allocation(own_code) {
         end_allocation(&job, flags.scancel, false, own_code, &mut rep, t0).await;
         code = own_code;
     }
-    Ok(if ok { code } else { exit::worst(code, exit::NOT_STOPPED) })
+    Ok(if ok { code } else { code.max(Exit::NotStopped) })
 }
 
 #[cfg(test)]
@@ -749,10 +752,10 @@ mod tests {
 
     #[tokio::test]
     async fn protocol_lines_round_trip_and_are_bounded() {
-        let m = Msg::End { code: 3, verdict: "crashed".into(), note: "x".into() };
+        let m = Msg::End { code: Exit::Crashed, verdict: "crashed".into(), note: "x".into() };
         let line = line_of(&m);
         let mut r = BufReader::new(&line[..]);
-        assert!(matches!(next_msg(&mut r).await, Some(Msg::End { code: 3, .. })));
+        assert!(matches!(next_msg(&mut r).await, Some(Msg::End { code: Exit::Crashed, .. })));
         let long = vec![b'a'; MAX_LINE + 10];
         let mut r = BufReader::new(&long[..]);
         assert!(next_msg(&mut r).await.is_none());

@@ -11,7 +11,7 @@ pub use super::watch::Outcome;
 use super::watch::{Action, Holder, Input, Notify, Parts, Say, Settings, Watch};
 use crate::error::CliError;
 use crate::events::WatchEvent;
-use crate::exit;
+use crate::exit::Exit;
 use crate::follow::{self, SourceMsg};
 use crate::metrics::Metrics;
 use crate::node::ServerEnd;
@@ -523,7 +523,7 @@ impl Io {
         update_metrics(&self.sinks.metrics, w.judge(), w.server(), r.verdict);
         self.sinks.verdict(&r, w.history_mut());
         self.rep.verdict(ms(), &r, None);
-        Outcome::verdict(exit::for_verdict(r.verdict), r)
+        Outcome::verdict(Exit::for_verdict(r.verdict), r)
     }
 }
 

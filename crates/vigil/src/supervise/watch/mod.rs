@@ -9,6 +9,7 @@
 //! The I/O loop in `wait.rs` turns futures (log lines, probe and generation answers, the process exit,
 //! GPU samples, engine metrics, ticks, interrupts) into `Input`s and executes the `Action`s in order.
 
+use crate::exit::Exit;
 use crate::follow::SourceMsg;
 use crate::gpu::Held;
 use crate::node::ServerEnd;
@@ -34,14 +35,14 @@ pub const EXIT_DRAIN_MAX_MS: u64 = 2000;
 /// How `wait` ended: the exit code and, when a verdict was reached, its report.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    pub code: i32,
+    pub code: Exit,
     pub report: Option<Report>,
     /// Ended by SIGINT/SIGTERM (the caller stops what it launched).
     pub interrupted: bool,
 }
 
 impl Outcome {
-    pub fn verdict(code: i32, r: Report) -> Outcome {
+    pub fn verdict(code: Exit, r: Report) -> Outcome {
         Outcome { code, report: Some(r), interrupted: false }
     }
 }
@@ -478,13 +479,13 @@ impl<'p> Watch<'p> {
                 if sigterm { "SIGTERM while watching: stopping in order" } else { "interrupted while watching" }.into(),
             ));
             out.push(Action::Notify(Notify::Stopping(if sigterm { "SIGTERM" } else { "interrupted" }.into())));
-            let code = if sigterm { crate::exit::READY } else { crate::exit::INTERRUPTED };
+            let code = if sigterm { Exit::Ready } else { Exit::Interrupted };
             out.push(Action::End(Box::new(Outcome { code, report, interrupted: true })));
             return;
         }
         out.push(Action::Note("interrupted before a verdict".into()));
         out.push(Action::Notify(Notify::Status("interrupted before a verdict".into())));
-        out.push(Action::End(Box::new(Outcome { code: crate::exit::INTERRUPTED, report, interrupted: true })));
+        out.push(Action::End(Box::new(Outcome { code: Exit::Interrupted, report, interrupted: true })));
     }
 
     /// A log line: the server kind when it first shows, the history's and the proof's facts, the judge.
@@ -578,7 +579,7 @@ impl<'p> Watch<'p> {
         let mut r = self.judge.report().cloned().unwrap_or_else(|| self.judge.final_report());
         r.detail = Some(how);
         out.push(Action::VerdictFile(Box::new(r)));
-        out.push(Action::End(Box::new(Outcome { code: crate::exit::READY, report: None, interrupted: false })));
+        out.push(Action::End(Box::new(Outcome { code: Exit::Ready, report: None, interrupted: false })));
     }
 
     /// The judge's events go to the sinks; its verdict goes to the proof stage (ready) or ends the watch.
@@ -630,7 +631,7 @@ impl<'p> Watch<'p> {
     }
 
     fn ready(&mut self, at: u64, report: Box<Report>, watching: bool, out: &mut Vec<Action>) {
-        let code = if report.degraded.is_some() { crate::exit::DEGRADED } else { crate::exit::READY };
+        let code = if report.degraded.is_some() { Exit::Degraded } else { Exit::Ready };
         out.push(Action::Verdict(report.clone()));
         if watching {
             out.push(Action::Note("watching: health and generation probes, the log, the process".into()));
@@ -647,7 +648,7 @@ impl<'p> Watch<'p> {
             Step::Ready { report, watching } => self.ready(now, report, watching, out),
             Step::Unhealthy(r) => {
                 out.push(Action::Verdict(r.clone()));
-                out.push(Action::End(Box::new(Outcome::verdict(crate::exit::UNHEALTHY, *r))));
+                out.push(Action::End(Box::new(Outcome::verdict(Exit::Unhealthy, *r))));
             }
             Step::RetryAt { at, note } => {
                 out.push(Action::Note(format!("generation proof failed ({note}), retrying")));
@@ -659,7 +660,7 @@ impl<'p> Watch<'p> {
                 }
                 let ev = self.feed(now, vigil_core::Input::Probe(outcome));
                 if let Some(Event::Verdict(r)) = ev.into_iter().find(|e| matches!(e, Event::Verdict(_))) {
-                    let code = crate::exit::for_verdict(r.verdict);
+                    let code = Exit::for_verdict(r.verdict);
                     out.push(Action::Verdict(r.clone()));
                     out.push(Action::End(Box::new(Outcome::verdict(code, *r))));
                     return;

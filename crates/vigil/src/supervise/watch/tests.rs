@@ -2,7 +2,7 @@
 //! degraded, interrupt), the exit drain, and the probe schedule. No clock, no I/O: inputs in, actions out.
 
 use super::*;
-use crate::exit;
+use crate::exit::Exit;
 use vigil_core::judge::ExitInfo;
 use vigil_core::proof::ProofConfig;
 use vigil_core::JudgeConfig;
@@ -193,7 +193,7 @@ fn ready_when_the_log_and_a_probe_agree() {
     let acts = to_ready(&mut w);
     assert!(acts.iter().any(|a| matches!(a, Action::Verdict(r) if r.verdict == Verdict::Ready)));
     let o = ended(&acts).expect("ready ends a wait");
-    assert_eq!((o.code, o.interrupted), (exit::READY, false));
+    assert_eq!((o.code, o.interrupted), (Exit::Ready, false));
     assert_eq!(o.report.as_ref().map(|r| r.verdict), Some(Verdict::Ready));
     assert!(w.on(200, tick()).is_empty(), "an ended watch answers nothing");
 }
@@ -217,7 +217,7 @@ fn ready_needs_one_real_completion() {
     let done = w.on(300, generated(true));
     assert!(done.iter().any(|a| matches!(a, Action::Say(Say::Generation(g)) if g.ok)));
     let o = ended(&done).expect("the proof ends the wait");
-    assert_eq!(o.code, exit::READY);
+    assert_eq!(o.code, Exit::Ready);
     assert!(o.report.as_ref().unwrap().detail.as_deref().unwrap_or("").contains("generation proof"));
 }
 
@@ -241,7 +241,7 @@ fn generation_that_never_works_is_unhealthy() {
         t += 1100;
         assert!(retries < 10, "the proof budget ends the retries");
     };
-    assert_eq!(o.code, exit::UNHEALTHY);
+    assert_eq!(o.code, Exit::Unhealthy);
     assert_eq!(o.report.map(|r| r.verdict), Some(Verdict::Unhealthy));
 }
 
@@ -346,7 +346,7 @@ fn clean_exit_after_ready_is_an_orderly_stop() {
     });
     assert!(file.and_then(|r| r.detail.as_deref()).is_some_and(|d| d.contains("after ready")), "{acts:?}");
     let o = ended(&acts).expect("the watch ends");
-    assert_eq!((o.code, o.report.is_none(), o.interrupted), (exit::READY, true, false));
+    assert_eq!((o.code, o.report.is_none(), o.interrupted), (Exit::Ready, true, false));
     assert!(concluded(&acts).is_none());
 }
 
@@ -369,7 +369,7 @@ fn speculation_the_log_says_is_off_is_degraded() {
     assert_eq!(probes(&up), 1);
     let acts = w.on(110, probe(ProbeOutcome::Ok));
     let o = ended(&acts).expect("ready, degraded");
-    assert_eq!(o.code, exit::DEGRADED);
+    assert_eq!(o.code, Exit::Degraded);
     assert!(o.report.as_ref().and_then(|r| r.degraded.as_deref()).is_some());
 }
 
@@ -380,7 +380,7 @@ fn interrupt_before_a_verdict() {
     let acts = w.on(300, Input::Interrupt { sigterm: false });
     assert_eq!(notes(&acts), ["interrupted before a verdict"]);
     let o = ended(&acts).unwrap();
-    assert_eq!((o.code, o.interrupted), (exit::INTERRUPTED, true));
+    assert_eq!((o.code, o.interrupted), (Exit::Interrupted, true));
     assert!(w.on(400, tick()).is_empty());
 }
 
@@ -391,12 +391,12 @@ fn sigterm_while_watching_stops_in_order() {
     let acts = w.on(9000, Input::Interrupt { sigterm: true });
     assert!(acts.iter().any(|a| matches!(a, Action::Notify(Notify::Stopping(s)) if s == "SIGTERM")));
     let o = ended(&acts).unwrap();
-    assert_eq!((o.code, o.interrupted), (exit::READY, true));
+    assert_eq!((o.code, o.interrupted), (Exit::Ready, true));
     assert_eq!(o.report.as_ref().map(|r| r.verdict), Some(Verdict::Ready));
     let mut w = machine(Opts { watch: true, ..Opts::default() });
     to_ready(&mut w);
     let o = w.on(9000, Input::Interrupt { sigterm: false });
-    assert_eq!(ended(&o).map(|o| o.code), Some(exit::INTERRUPTED));
+    assert_eq!(ended(&o).map(|o| o.code), Some(Exit::Interrupted));
 }
 
 #[test]

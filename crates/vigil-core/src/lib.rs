@@ -9,6 +9,7 @@ pub mod frames;
 pub mod gpu_health;
 pub mod history;
 pub mod judge;
+pub mod limits;
 pub mod outcome;
 pub mod policy;
 pub mod profile;

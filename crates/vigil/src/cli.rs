@@ -5,51 +5,7 @@ use crate::help;
 use crate::metrics;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use std::time::Duration;
-use vigil_core::Phase;
-
-/// Parses `90s`, `5m`, `1h`, `500ms`, `1.5s` or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = t.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (t, 1.0)
-    };
-    let v: f64 = num.trim().parse().map_err(|_| format!("bad duration '{s}' (use e.g. 90s, 5m, 1h, 500ms)"))?;
-    if !v.is_finite() || v < 0.0 || v * mult > 1e9 {
-        return Err(format!("bad duration '{s}'"));
-    }
-    Ok(Duration::from_secs_f64(v * mult))
-}
-
-/// One `--stall` flag, parsed when the command line is (so a bad one stops before any launch).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stall {
-    /// `None`: every phase.
-    pub phase: Option<Phase>,
-    pub ms: u64,
-}
-
-/// `--stall DUR` (every phase) or `--stall PHASE=DUR`: clap's value parser.
-pub fn parse_stall(s: &str) -> Result<Stall, String> {
-    match s.split_once('=') {
-        Some((p, d)) => {
-            let phase = Phase::parse(p.trim()).ok_or_else(|| {
-                let names: Vec<_> = Phase::ALL.iter().map(|p| p.as_str()).collect();
-                format!("unknown phase '{p}' (one of {})", names.join(", "))
-            })?;
-            Ok(Stall { phase: Some(phase), ms: parse_duration(d)?.as_millis() as u64 })
-        }
-        None => Ok(Stall { phase: None, ms: parse_duration(s)?.as_millis() as u64 }),
-    }
-}
+pub use vigil_core::limits::{parse_duration, parse_stall, Stall};
 
 #[derive(Parser)]
 #[command(
@@ -537,6 +493,7 @@ fn parse_gpu_mem(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn durations() {

@@ -3,14 +3,11 @@
 //! stall limits per phase, the `--metrics` listener bound, the proof settings. A bad setting is a usage
 //! error here, before a keeper or a server exists.
 
-use crate::cli::{ProofFlags, Stall, TlsFlags, UpFlags, WaitFlags};
+use crate::cli::{ProofFlags, TlsFlags, UpFlags, WaitFlags};
 use crate::error::CliError;
 use crate::{metrics, tls, up, wait};
 use std::path::PathBuf;
-use vigil_core::{Phase, Profiles};
-
-/// Stall limits from the command line: one for every phase, and per-phase ones (ms).
-pub type Stalls = (Option<u64>, Vec<(Phase, u64)>);
+use vigil_core::Profiles;
 
 impl WaitFlags {
     /// The watch's arguments (local sources are set by the caller).
@@ -95,13 +92,6 @@ impl UpFlags {
     }
 }
 
-/// The stall flags as one limit for every phase (the last given) and per-phase ones.
-pub fn parse_stalls(v: &[Stall]) -> Stalls {
-    let all = v.iter().filter(|s| s.phase.is_none()).map(|s| s.ms).next_back();
-    let per = v.iter().filter_map(|s| s.phase.map(|p| (p, s.ms))).collect();
-    (all, per)
-}
-
 fn profile_dirs(extra: &[PathBuf]) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     let base = std::env::var_os("XDG_CONFIG_HOME")
@@ -152,20 +142,4 @@ pub fn check_server(p: &Profiles, s: &Option<String>) -> Result<(), CliError> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cli::parse_stall;
-
-    #[test]
-    fn stalls() {
-        let v = [parse_stall("2s").unwrap(), parse_stall("cuda_graphs=10m").unwrap()];
-        let (a, p) = parse_stalls(&v);
-        assert_eq!(a, Some(2000));
-        assert_eq!(p, vec![(Phase::CudaGraphs, 600_000)]);
-        assert!(parse_stall("bogus=1s").is_err());
-        assert!(parse_stall("weights=soon").is_err());
-    }
 }

@@ -25,7 +25,7 @@ pub struct UpArgs {
     pub server: Option<String>,
     pub grace: Duration,
     pub timeout: Duration,
-    pub stall: Vec<crate::cli::Stall>,
+    pub stall: Vec<vigil_core::limits::Stall>,
     pub json: bool,
     pub quiet: bool,
     pub log_max_bytes: u64,

@@ -505,7 +505,7 @@ struct Measures {
 fn floor(var: &str, default: u64) -> u64 {
     std::env::var(var)
         .ok()
-        .and_then(|v| crate::cli::parse_duration(&v).ok())
+        .and_then(|v| vigil_core::limits::parse_duration(&v).ok())
         .map(|d| d.as_millis() as u64)
         .unwrap_or(default)
 }

@@ -19,11 +19,11 @@ use crate::notify::Notifier;
 use crate::probe::{self, ProbeResult, Target};
 use crate::proof::{self, Generation};
 use crate::report::Reporter;
-use crate::settings::parse_stalls;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use vigil_core::limits::parse_stalls;
 use vigil_core::proof::{Proof, ProofConfig};
 use vigil_core::{Classifier, Judge, JudgeConfig, Phase, Profiles, Report, Verdict};
 
@@ -40,7 +40,7 @@ pub struct Args {
     pub api_key_env: Option<String>,
     /// Trust for an `https://` URL (`--ca-cert`, `--insecure`).
     pub tls: crate::tls::TlsOpts,
-    pub stall: Vec<crate::cli::Stall>,
+    pub stall: Vec<vigil_core::limits::Stall>,
     pub json: bool,
     pub quiet: bool,
     pub echo: bool,

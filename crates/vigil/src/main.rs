@@ -14,7 +14,7 @@ use commands::{diagnose, kprobe};
 use node::{keeper, remote, run, up};
 use sinks::{events, history, metrics, notify, report, tables, timeline};
 use sources::{engine_metrics, follow, gpu, gpu_health, lines, probe, procs, proof, tls, tree};
-use supervise::{evidence, hosts, policy, remote_evidence, slurm, wait};
+use supervise::{evidence, hosts, policy, slurm, wait};
 mod cli;
 mod error;
 mod exit;

@@ -288,10 +288,10 @@ impl Node for LocalNode {
             .filter(|p| procs::alive(*p))
             .ok_or_else(|| CliError::usage(format!("dump: run {name} has no live server process")))?;
         let secrets = run::secret_values(&run::stored_secrets(name, None));
-        let dir = crate::evidence::dir_for(Some(&dir), pid);
+        let dir = crate::node::evidence::dir_for(Some(&dir), pid);
         let s = secrets.clone();
         // py-spy and eu-stack are child processes with their own bounds: on a blocking thread
-        let ev = tokio::task::spawn_blocking(move || crate::evidence::gather(pid, &dir, &s))
+        let ev = tokio::task::spawn_blocking(move || crate::node::evidence::gather(pid, &dir, &s))
             .await
             .map_err(|e| CliError::Internal(format!("dump: {e}")))?;
         Ok((ev, secrets))

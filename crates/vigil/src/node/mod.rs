@@ -4,9 +4,11 @@
 //! /proc; [`SshNode`] sends small scripts over one SSH connection and reads their answers. The commands
 //! (`commands.rs`) are written once over [`Node`]; [`Nodes`] runs them on this machine or on every host.
 
+pub mod evidence;
 pub mod keeper;
 pub mod local;
 pub mod remote;
+pub mod remote_evidence;
 pub mod run;
 pub mod ssh;
 pub mod up;

@@ -252,7 +252,7 @@ impl Node for SshNode {
 
     async fn evidence(&self, name: &str) -> Result<(Evidence, Vec<String>), CliError> {
         let secrets = crate::run::secret_values(&crate::run::stored_secrets(name, Some(&self.conn.dest)));
-        let ev = crate::remote_evidence::capture(&self.conn, name, &secrets).await.map_err(CliError::usage)?;
+        let ev = crate::node::remote_evidence::capture(&self.conn, name, &secrets).await.map_err(CliError::usage)?;
         Ok((ev, secrets))
     }
 

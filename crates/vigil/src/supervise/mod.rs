@@ -5,7 +5,6 @@
 pub mod evidence;
 pub mod hosts;
 pub mod policy;
-pub mod remote_evidence;
 pub mod slurm;
 pub mod wait;
 pub mod watch;

@@ -26,8 +26,8 @@ use signals::install_interrupt_handlers;
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};
 use error::CliError;
-use node::Nodes;
 use settings::{check_server, load_profiles};
+use supervise::nodes::Nodes;
 
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread()
@@ -129,7 +129,7 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
             block_on(commands::up(&Nodes::Local, None, f.into_args()?, argv, profiles))?
         }
-        Cmd::Restart { name, up: f } => block_on(up::restart(&name, f.into_args()?, profiles))?,
+        Cmd::Restart { name, up: f } => block_on(commands::restart(&name, f.into_args()?, profiles))?,
         Cmd::Down { pid: Some(pid), grace, json, .. } => up::down_pid(pid, grace, json),
         Cmd::Down { names, all, pid: None, grace, json } => {
             block_on(commands::down(&Nodes::Local, names, all, grace, json))?
@@ -156,7 +156,7 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             proof.apply(&mut w);
             w.watch = true;
             w.json = json;
-            w.attach_run(&dir, &rec, &profiles, true);
+            w.take(node::RunHandle::of_run(&dir, &rec, &profiles, true));
             Ok(block_on(wait::run(w, profiles))??.code)
         }
         Cmd::Probe { name, url, log, generate, timeout, server, tls } => {

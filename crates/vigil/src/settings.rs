@@ -1,11 +1,11 @@
 //! Settings, resolved before anything runs: the flags clap read (`cli.rs`) become validated, typed
-//! values for the commands (`wait::Args`, `up::UpArgs`): the server kind checked against the profiles,
+//! values for the commands (`wait::Args`, `crate::supervise::up::UpArgs`): the server kind checked against the profiles,
 //! stall limits per phase, the `--metrics` listener bound, the proof settings. A bad setting is a usage
 //! error here, before a keeper or a server exists.
 
 use crate::cli::{ProofFlags, TlsFlags, UpFlags, WaitFlags};
 use crate::error::CliError;
-use crate::{metrics, tls, up, wait};
+use crate::{metrics, tls, wait};
 use std::path::PathBuf;
 use vigil_core::Profiles;
 
@@ -62,9 +62,9 @@ impl ProofFlags {
 impl UpFlags {
     /// The launch settings, resolved before anything runs: the `--metrics` port is bound here, so a taken
     /// one is a usage error before a server is launched.
-    pub fn into_args(self) -> Result<up::UpArgs, CliError> {
+    pub fn into_args(self) -> Result<crate::supervise::up::UpArgs, CliError> {
         let metrics_listener = self.proof.metrics.map(metrics::bind).transpose()?;
-        Ok(up::UpArgs {
+        Ok(crate::supervise::up::UpArgs {
             name: self.name,
             detach: self.detach,
             keep: self.keep,

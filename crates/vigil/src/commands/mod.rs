@@ -9,9 +9,10 @@ use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit::Exit;
 use crate::follow::SourceMsg;
-use crate::node::{fold, gather, AnyNode, LocalNode, Node, Nodes};
+use crate::node::{AnyNode, LocalNode, Node};
 use crate::report::{out_line, Reporter};
-use crate::up::UpArgs;
+use crate::supervise::nodes::{fold, gather, Nodes};
+use crate::supervise::up::UpArgs;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -175,7 +176,7 @@ pub async fn up(
         let ok = node.stop(&name, a.grace, &mut rep).await?;
         return Ok(if ok { code } else { Exit::NotStopped });
     }
-    if a.detach || crate::up::watching(&a) || !ready {
+    if a.detach || crate::supervise::up::watching(&a) || !ready {
         return Ok(code);
     }
     // Foreground after ready: stay until the server ends or Ctrl-C stops it.
@@ -221,6 +222,28 @@ pub async fn up(
     Ok(if ok { Exit::Ready } else { Exit::NotStopped })
 }
 
+/// `vigil restart NAME`: stops the run and launches its recorded command again (detached).
+pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, CliError> {
+    let (dir, rec) = crate::run::load(name)?;
+    let secrets: crate::run::Secrets = crate::run::stored_secrets(name, None);
+    let (argv, mut env) = crate::run::unredact(&rec, &secrets);
+    // records written before vigil kept systemd's variables out still hold them: never replay them
+    env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));
+    let mut rep = Reporter::new(a.json, a.quiet);
+    if let Some(st) = crate::up::read_state(&dir) {
+        let surv = crate::up::stop_run(&dir, &st, a.grace, &mut rep).await?;
+        if !surv.is_empty() {
+            return Ok(Exit::NotStopped);
+        }
+    }
+    let a = UpArgs { detach: true, replace: true, name: Some(name.to_string()), server: rec.server.clone(), ..a };
+    let n = crate::run::restarts(&dir) + 1;
+    crate::run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;
+    let node = LocalNode::with_command(env, std::path::PathBuf::from(&rec.cwd));
+    let argv = argv.into_iter().map(String::into_bytes).collect();
+    up(&Nodes::Local, Some(node), a, argv, profiles).await
+}
+
 /// `vigil wait`: watches a server to a verdict: what the flags name, or the run NAME of `vigil up` on this
 /// machine or one host. Several hosts are a fleet or a multi-node server (`hosts::wait`).
 pub async fn wait(
@@ -240,7 +263,8 @@ pub async fn wait(
     }
     let node = nodes.one("wait").await?;
     if let Some(n) = &name {
-        node.attach(n, &mut w, &profiles, true).await?;
+        let h = node.attach(n, w.server.as_deref(), w.url.is_none(), &profiles).await?;
+        w.take(h);
     }
     Ok(crate::wait::run(w, profiles).await?.code)
 }

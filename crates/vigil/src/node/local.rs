@@ -5,10 +5,10 @@ use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow, ServerEnd};
 use crate::check::Report as CheckReport;
 use crate::error::CliError;
 use crate::follow::{cmdline, SourceMsg};
+use crate::node::RunHandle;
 use crate::report::Reporter;
 use crate::run::{self, Redactor};
 use crate::up::{read_state, run_pids, run_state, stop_run};
-use crate::wait;
 use crate::{gpu, procs};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -244,10 +244,15 @@ impl Node for LocalNode {
         crate::up::launch(l.name, argv, env, cwd, l.kind.clone(), l.a, l.profiles, rep).await
     }
 
-    async fn attach(&self, name: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError> {
+    async fn attach(
+        &self,
+        name: &str,
+        _server: Option<&str>,
+        probe: bool,
+        profiles: &Profiles,
+    ) -> Result<RunHandle, CliError> {
         let (dir, rec) = run::load(name)?;
-        w.attach_run(&dir, &rec, profiles, probe);
-        Ok(())
+        Ok(RunHandle::of_run(&dir, &rec, profiles, probe))
     }
 
     async fn wait_exit(&self, name: &str) -> ServerEnd {

@@ -15,13 +15,11 @@ pub mod up;
 
 use crate::check::Report as CheckReport;
 use crate::error::CliError;
-use crate::exit::Exit;
 use crate::follow::SourceMsg;
 use crate::report::Reporter;
 use crate::run::Redactor;
-use crate::up::UpArgs;
-use crate::wait;
 use serde::Serialize;
+use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use vigil_core::evidence::Evidence;
@@ -72,7 +70,7 @@ pub struct Launch<'a> {
     pub name: &'a str,
     /// The server command, byte for byte (a local launch needs UTF-8).
     pub argv: &'a [Vec<u8>],
-    pub a: &'a UpArgs,
+    pub a: &'a LaunchSettings,
     pub kind: Option<String>,
     pub profiles: &'a Profiles,
     /// Multi-node: this node's rank of `n`.
@@ -89,8 +87,82 @@ pub struct ServerEnd {
     pub requested: bool,
 }
 
-/// A launch's answer: the watch's settings, or why the node refused (exit code, one line).
-pub type Launched = Result<wait::Args, (Exit, String)>;
+/// A launch's answer: the run's handle, or why the node refused (outcome, one line).
+pub type Launched = Result<RunHandle, (crate::exit::Exit, String)>;
+
+/// What a node needs of `up`'s settings to launch a server (the watch's settings stay with the watch).
+#[derive(Debug, Clone, Default)]
+pub struct LaunchSettings {
+    /// Stop an earlier run of the name first.
+    pub replace: bool,
+    /// Between SIGTERM and SIGKILL when stopping.
+    pub grace: Duration,
+    /// No health URL for the run (no port check).
+    pub no_probe: bool,
+    /// Skip the preflight check.
+    pub no_check: bool,
+    pub json: bool,
+    pub log_max_bytes: u64,
+    pub log_keep: u32,
+    /// `--env K=V`, `--env-file`.
+    pub env: Vec<String>,
+    pub env_file: Option<PathBuf>,
+}
+
+/// A run on a node as its watch needs it (issue #25): where its log and exit status come from (a local
+/// file and state file, or the SSH stream), its server process and kind, the health URL, the values never
+/// to print, its command line. The node fills it; the watch's settings take it (`wait::Args::take`),
+/// what the command line set winning.
+#[derive(Clone, Default)]
+pub struct RunHandle {
+    pub name: Option<String>,
+    pub log: Option<String>,
+    pub pid: Option<i32>,
+    pub server: Option<String>,
+    pub url: Option<String>,
+    /// The run's state.json: the keeper records the server's exit status there.
+    pub exit_state: Option<PathBuf>,
+    /// Where every verdict for the run is recorded (`status` reads it).
+    pub verdict_file: Option<PathBuf>,
+    pub secrets: Vec<String>,
+    pub argv: Vec<String>,
+    pub restarts: u64,
+    /// A run on a remote node: its log, exit and GPU readings come through the SSH connection.
+    pub remote: Option<remote::RemoteWatch>,
+    /// No generation can prove this rank (a multi-node server's other ranks serve no API).
+    pub no_generate: bool,
+}
+
+impl RunHandle {
+    /// A run of `vigil up` on this machine, from its folder and record: its log, server pid, kind, health
+    /// URL (the generic profile's path for an unknown kind; none without `probe`), exit-status file,
+    /// secrets and command line.
+    pub fn of_run(dir: &std::path::Path, rec: &run::RunRecord, profiles: &Profiles, probe: bool) -> RunHandle {
+        let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
+        let mut url = None;
+        if probe {
+            let profile = rec.server.as_ref().and_then(|k| profiles.get(k)).or_else(|| profiles.get("generic"));
+            if let (Some(p), Some(pr)) = (rec.port, profile) {
+                url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
+            }
+        }
+        let secrets: run::Secrets = run::stored_secrets(&rec.name, None);
+        RunHandle {
+            name: Some(rec.name.clone()),
+            log: Some(rec.log.clone()),
+            pid: st.server_pid,
+            server: rec.server.clone(),
+            url,
+            exit_state: Some(dir.join("state.json")),
+            verdict_file: Some(dir.join("verdict.json")),
+            secrets: run::secret_values(&secrets),
+            argv: run::unredact(rec, &secrets).0,
+            restarts: run::restarts(dir),
+            remote: None,
+            no_generate: false,
+        }
+    }
+}
 
 /// What every node offers.
 #[allow(async_fn_in_trait)]
@@ -115,9 +187,15 @@ pub trait Node {
     /// Launches a server under a keeper on the node, after its checks (an earlier run of the name, the
     /// port, the preflight check).
     async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError>;
-    /// Fills a watch's settings for a run on the node: its log and exit status, process, health URL,
-    /// secrets.
-    async fn attach(&self, run: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError>;
+    /// The handle of a run on the node: its log and exit status, process, health URL (with `probe`; the
+    /// path of `server`'s profile when given), secrets.
+    async fn attach(
+        &self,
+        run: &str,
+        server: Option<&str>,
+        probe: bool,
+        profiles: &Profiles,
+    ) -> Result<RunHandle, CliError>;
     /// Resolves when the run's server exits; how it ended.
     async fn wait_exit(&self, run: &str) -> ServerEnd;
     /// Keeps the report of a run's startup with the run (local: `startup.json`).
@@ -172,8 +250,14 @@ impl Node for AnyNode {
     async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError> {
         each!(self, n => n.launch(l, rep).await)
     }
-    async fn attach(&self, run: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError> {
-        each!(self, n => n.attach(run, w, profiles, probe).await)
+    async fn attach(
+        &self,
+        run: &str,
+        server: Option<&str>,
+        probe: bool,
+        profiles: &Profiles,
+    ) -> Result<RunHandle, CliError> {
+        each!(self, n => n.attach(run, server, probe, profiles).await)
     }
     async fn wait_exit(&self, run: &str) -> ServerEnd {
         each!(self, n => n.wait_exit(run).await)
@@ -187,90 +271,4 @@ impl Node for AnyNode {
     async fn check(&self, argv: &[String], kind: Option<String>, profiles: &Profiles) -> Result<CheckReport, CliError> {
         each!(self, n => n.check(argv, kind, profiles).await)
     }
-}
-
-/// Where a command runs: this machine, or every host of `--host/--hosts`.
-pub enum Nodes {
-    Local,
-    Remote(crate::hosts::Hosts),
-}
-
-impl Nodes {
-    /// Several nodes: lines are tagged with their host.
-    pub fn several(&self) -> bool {
-        matches!(self, Nodes::Remote(h) if h.list.len() > 1)
-    }
-
-    /// The one node a command works on: this machine, or the single `--host` (connected).
-    pub async fn one(&self, cmd: &str) -> Result<AnyNode, CliError> {
-        match self {
-            Nodes::Local => Ok(AnyNode::Local(LocalNode::default())),
-            Nodes::Remote(hs) if hs.list.len() == 1 => Ok(AnyNode::Ssh(SshNode::open(&hs.ssh, &hs.list[0]).await?)),
-            Nodes::Remote(_) => Err(CliError::usage(format!("{cmd}: give one --host"))),
-        }
-    }
-
-    /// Runs `f` on every node (hosts at most `--parallel` at once, each over its own connection); the
-    /// results in node order, each with the node's name.
-    pub async fn each<T, F, Fut>(&self, f: F) -> Vec<(String, Result<T, CliError>)>
-    where
-        T: 'static,
-        F: Fn(AnyNode) -> Fut + Clone + 'static,
-        Fut: std::future::Future<Output = Result<T, CliError>> + 'static,
-    {
-        match self {
-            Nodes::Local => vec![("local".into(), f(AnyNode::Local(LocalNode::default())).await)],
-            Nodes::Remote(hs) => {
-                let jobs: Vec<_> = hs
-                    .list
-                    .iter()
-                    .map(|h| {
-                        let (h, ssh, f) = (h.clone(), hs.ssh.clone(), f.clone());
-                        move || async move {
-                            let r = match SshNode::open(&ssh, &h).await {
-                                Ok(n) => f(AnyNode::Ssh(n)).await,
-                                Err(e) => Err(e),
-                            };
-                            (h, r)
-                        }
-                    })
-                    .collect();
-                crate::hosts::drive_fleet(hs.parallel, jobs).await
-            }
-        }
-    }
-}
-
-/// One node: its result as is; several: errors printed per node, the worst code.
-pub fn fold(mut v: Vec<(String, Result<Exit, CliError>)>) -> Result<Exit, CliError> {
-    if v.len() == 1 {
-        return v.pop().unwrap().1;
-    }
-    let mut code = Exit::Ready;
-    for (h, r) in v {
-        match r {
-            Ok(c) => code = code.max(c),
-            Err(e) => {
-                code = code.max(e.code());
-                eprintln!("vigil: {h}: {}", e.message());
-            }
-        }
-    }
-    Ok(code)
-}
-
-/// Rows gathered from every node, and the exit code: when every node failed, only their errors.
-pub fn gather<T>(r: Vec<(String, Result<Vec<T>, CliError>)>) -> (Vec<T>, Result<Exit, CliError>) {
-    let mut rows = Vec::new();
-    let mut codes = Vec::new();
-    for (h, x) in r {
-        match x {
-            Ok(v) => {
-                rows.extend(v);
-                codes.push((h, Ok(Exit::Ready)));
-            }
-            Err(e) => codes.push((h, Err(e))),
-        }
-    }
-    (rows, fold(codes))
 }

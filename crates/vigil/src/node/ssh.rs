@@ -8,10 +8,10 @@ use crate::error::CliError;
 use crate::events::WatchEvent;
 use crate::exit::Exit;
 use crate::follow::SourceMsg;
+use crate::node::RunHandle;
 use crate::remote::{self, Conn, RemoteWatch, SshOpts};
 use crate::report::Reporter;
 use crate::run::Redactor;
-use crate::wait;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -187,17 +187,19 @@ impl Node for SshNode {
         }
         let sp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
         let kp: i64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-        let mut w = crate::up::watch_args(a);
-        w.remote = Some(RemoteWatch::new(conn.clone(), name));
-        w.server = kind;
-        w.argv = argv_s;
-        w.secrets = secret_vals;
+        let mut w = RunHandle {
+            remote: Some(RemoteWatch::new(conn.clone(), name)),
+            server: kind,
+            argv: argv_s,
+            secrets: secret_vals,
+            ..RunHandle::default()
+        };
         if let (Some(p), true) = (port, rank.unwrap_or(0) == 0) {
             let lp = conn.forward(p)?;
             let path = profile.as_ref().map(|p| p.health_path.clone()).unwrap_or_else(|| "/health".into());
             w.url = Some(format!("http://127.0.0.1:{lp}{path}"));
         } else if rank.unwrap_or(0) > 0 {
-            w.generate = false;
+            w.no_generate = true;
         }
         let launched =
             WatchEvent::Launched { name, pid: sp, keeper_pid: kp, run_dir: None, on: Some(&conn.dest), log: None };
@@ -205,8 +207,15 @@ impl Node for SshNode {
         Ok(Ok(w))
     }
 
-    async fn attach(&self, name: &str, w: &mut wait::Args, profiles: &Profiles, probe: bool) -> Result<(), CliError> {
+    async fn attach(
+        &self,
+        name: &str,
+        server: Option<&str>,
+        probe: bool,
+        profiles: &Profiles,
+    ) -> Result<RunHandle, CliError> {
         let conn = &self.conn;
+        let mut w = RunHandle { server: server.map(String::from), ..RunHandle::default() };
         // the run's secrets stored at launch: hidden as in every other output
         w.secrets.extend(crate::run::secret_values(&crate::run::stored_secrets(name, Some(&conn.dest))));
         let mut s = conn.prelude(name);
@@ -227,7 +236,7 @@ impl Node for SshNode {
             }
         }
         w.remote = Some(RemoteWatch::new(conn.clone(), name));
-        if let (Some(p), true, None) = (port, probe, &w.url) {
+        if let (Some(p), true) = (port, probe) {
             let lp = conn.forward(p)?;
             let path = w
                 .server
@@ -237,7 +246,7 @@ impl Node for SshNode {
                 .unwrap_or_else(|| "/health".into());
             w.url = Some(format!("http://127.0.0.1:{lp}{path}"));
         }
-        Ok(())
+        Ok(w)
     }
 
     async fn wait_exit(&self, name: &str) -> ServerEnd {

@@ -6,35 +6,12 @@ use crate::exit::Exit;
 use crate::follow::{arg_value, cmdline};
 use crate::procs;
 use crate::report::Reporter;
-use crate::run::{self, RunRecord, Secrets, State, StopRequest};
-use crate::wait;
+use crate::run::{self, RunRecord, State, StopRequest};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use vigil_core::judge::fmt_ms;
-use vigil_core::policy::OnStall;
 use vigil_core::{Profiles, Verdict};
-
-pub struct UpArgs {
-    pub name: Option<String>,
-    pub detach: bool,
-    pub keep: bool,
-    pub replace: bool,
-    pub env: Vec<String>,
-    pub env_file: Option<PathBuf>,
-    pub server: Option<String>,
-    pub grace: Duration,
-    pub timeout: Duration,
-    pub stall: Vec<vigil_core::limits::Stall>,
-    pub json: bool,
-    pub quiet: bool,
-    pub log_max_bytes: u64,
-    pub log_keep: u32,
-    pub no_probe: bool,
-    pub no_check: bool,
-    /// Proof and watch settings for the watch after launch.
-    pub proof: wait::Args,
-}
 
 pub fn parse_env_file(p: &Path) -> Result<Vec<(String, String)>, CliError> {
     let text = std::fs::read_to_string(p).map_err(|e| CliError::usage(format!("--env-file {}: {e}", p.display())))?;
@@ -56,7 +33,7 @@ pub fn parse_env_file(p: &Path) -> Result<Vec<(String, String)>, CliError> {
 }
 
 /// `--env-file` then `--env K=V` (later wins), set on top of `env`.
-pub fn apply_env_flags(env: &mut Vec<(String, String)>, a: &UpArgs) -> Result<(), CliError> {
+pub fn apply_env_flags(env: &mut Vec<(String, String)>, a: &crate::node::LaunchSettings) -> Result<(), CliError> {
     if let Some(f) = &a.env_file {
         for (k, v) in parse_env_file(f)? {
             set_env(env, &k, &v);
@@ -142,7 +119,7 @@ pub fn read_state(dir: &Path) -> Option<State> {
 
 /// This machine's environment for a server: vigil's own, without systemd's variables (addressed to vigil,
 /// never to the server or the run record; an explicit --env still sets them), plus --env-file/--env.
-pub fn local_env(a: &UpArgs) -> Result<Vec<(String, String)>, CliError> {
+pub fn local_env(a: &crate::node::LaunchSettings) -> Result<Vec<(String, String)>, CliError> {
     let mut env: Vec<(String, String)> = std::env::vars_os()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
@@ -160,7 +137,7 @@ pub async fn launch(
     env: Vec<(String, String)>,
     cwd: PathBuf,
     kind: Option<String>,
-    a: &UpArgs,
+    a: &crate::node::LaunchSettings,
     profiles: &Profiles,
     rep: &mut Reporter,
 ) -> Result<crate::node::Launched, CliError> {
@@ -278,31 +255,9 @@ pub async fn launch(
             log: Some(log.display().to_string()),
         },
     );
-    let mut w = watch_args(a);
-    w.pid = Some(server_pid);
-    w.attach_run(&dir, &rec, profiles, !a.no_probe);
-    Ok(Ok(w))
-}
-
-/// The watch of a server `up` launched, on this machine or a node: the proof settings, deadlines and
-/// output of the flags, and the stall policy (issue #17: a server vigil launched is stopped when stuck,
-/// unless --keep or --on-stall keep).
-pub fn watch_args(a: &UpArgs) -> crate::wait::Args {
-    let mut w = a.proof.clone();
-    w.watch = watching(a);
-    w.timeout = a.timeout;
-    w.stall = a.stall.clone();
-    w.json = a.json;
-    w.quiet = a.quiet;
-    w.on_stall = Some(w.on_stall.unwrap_or(if a.keep { OnStall::Keep } else { OnStall::Stop }));
-    w.stop_grace = a.grace;
-    w
-}
-
-/// `up` keeps watching after ready with `--watch`, and in the foreground with `--metrics` (the values
-/// come from the watch: without it they would freeze at ready).
-pub fn watching(a: &UpArgs) -> bool {
-    a.proof.watch || (a.proof.metrics.is_some() && !a.detach)
+    let mut h = crate::node::RunHandle::of_run(&dir, &rec, profiles, !a.no_probe);
+    h.pid = Some(server_pid);
+    Ok(Ok(h))
 }
 
 fn spawn_keeper(dir: &Path) -> Result<(), CliError> {
@@ -494,26 +449,4 @@ pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<Exit, CliError> {
     }
     let gpu_left = gpu_release(gpu_before, &mut rep, t0);
     Ok(if r.survivors.is_empty() && gpu_left.is_empty() { Exit::Ready } else { Exit::NotStopped })
-}
-
-/// `vigil restart NAME`: stops the run and launches its recorded command again (detached).
-pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, CliError> {
-    let (dir, rec) = run::load(name)?;
-    let secrets: Secrets = run::stored_secrets(name, None);
-    let (argv, mut env) = run::unredact(&rec, &secrets);
-    // records written before vigil kept systemd's variables out still hold them: never replay them
-    env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));
-    let mut rep = Reporter::new(a.json, a.quiet);
-    if let Some(st) = read_state(&dir) {
-        let surv = stop_run(&dir, &st, a.grace, &mut rep).await?;
-        if !surv.is_empty() {
-            return Ok(Exit::NotStopped);
-        }
-    }
-    let a = UpArgs { detach: true, replace: true, name: Some(name.to_string()), server: rec.server.clone(), ..a };
-    let n = run::restarts(&dir) + 1;
-    run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;
-    let node = crate::node::LocalNode::with_command(env, PathBuf::from(&rec.cwd));
-    let argv = argv.into_iter().map(String::into_bytes).collect();
-    crate::commands::up(&crate::node::Nodes::Local, Some(node), a, argv, profiles).await
 }

@@ -15,7 +15,7 @@ use crate::exit::Exit;
 use crate::node::{AnyNode, Launch, Node, SshNode};
 use crate::remote::{self, SshOpts};
 use crate::report::Reporter;
-use crate::up::UpArgs;
+use crate::supervise::up::UpArgs;
 use crate::wait;
 use std::sync::Arc;
 use std::time::Instant;
@@ -292,9 +292,12 @@ pub async fn up_one(
     if let Some((reg, i)) = &registry {
         reg.lock().unwrap()[*i] = Some((node.clone(), name.clone()));
     }
-    let l = Launch { name: &name, argv: &argv, a: &a, kind: kind.clone(), profiles: &profiles, rank, n };
+    let ls = a.launch_settings();
+    let l = Launch { name: &name, argv: &argv, a: &ls, kind: kind.clone(), profiles: &profiles, rank, n };
     match node.launch(&l, &mut rep).await {
-        Ok(Ok(mut w)) => {
+        Ok(Ok(h)) => {
+            let mut w = crate::supervise::up::watch_args(&a);
+            w.take(h);
             if tagged {
                 w.tag = Some((host.to_string(), rank));
             }
@@ -488,8 +491,12 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
                     }
                 };
                 w.tag = Some((h.clone(), rank));
-                match node.attach(&name, &mut w, &profiles, rank.unwrap_or(0) == 0).await {
-                    Ok(()) => res.set_outcome(wait::run(w, profiles).await),
+                let probe = rank.unwrap_or(0) == 0 && w.url.is_none();
+                match node.attach(&name, w.server.as_deref(), probe, &profiles).await {
+                    Ok(h) => {
+                        w.take(h);
+                        res.set_outcome(wait::run(w, profiles).await)
+                    }
                     Err(e) => res.set_outcome(Err(e)),
                 }
                 res.node = Some(node);

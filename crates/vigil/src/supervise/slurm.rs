@@ -21,7 +21,7 @@ use crate::exit::Exit;
 use crate::hosts::{self, HostResult};
 use crate::node::{AnyNode, LocalNode, Node};
 use crate::report::Reporter;
-use crate::up::UpArgs;
+use crate::supervise::up::UpArgs;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

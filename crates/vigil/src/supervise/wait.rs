@@ -136,30 +136,25 @@ impl Args {
         self.log.is_some() || self.log_cmd.is_some() || self.remote.is_some()
     }
 
-    /// Fills in what a run of `vigil up` knows: its log, server pid, kind, health URL (the generic
-    /// profile's path for an unknown kind), exit-status file, secrets and command line. Fields already
-    /// set (from the command line) win.
-    pub fn attach_run(&mut self, dir: &std::path::Path, rec: &crate::run::RunRecord, profiles: &Profiles, probe: bool) {
-        use crate::run;
-        let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
-        self.log = self.log.take().or_else(|| Some(rec.log.clone()));
-        self.pid = self.pid.or(st.server_pid);
-        self.server = self.server.take().or_else(|| rec.server.clone());
-        if self.url.is_none() && probe {
-            let profile = rec.server.as_ref().and_then(|k| profiles.get(k)).or_else(|| profiles.get("generic"));
-            if let (Some(p), Some(pr)) = (rec.port, profile) {
-                self.url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
-            }
-        }
-        self.exit_state = Some(dir.join("state.json"));
-        self.verdict_file = Some(dir.join("verdict.json"));
-        self.run_name = self.run_name.take().or_else(|| Some(rec.name.clone()));
-        let secrets: run::Secrets = run::stored_secrets(&rec.name, None);
-        self.secrets.extend(run::secret_values(&secrets));
+    /// Takes what the node knows of a run (its handle): fields already set (from the command line) win;
+    /// the exit-status and verdict files, the connection and the restarts are the run's.
+    pub fn take(&mut self, h: crate::node::RunHandle) {
+        self.log = self.log.take().or(h.log);
+        self.pid = self.pid.or(h.pid);
+        self.server = self.server.take().or(h.server);
+        self.url = self.url.take().or(h.url);
+        self.exit_state = h.exit_state.or(self.exit_state.take());
+        self.verdict_file = h.verdict_file.or(self.verdict_file.take());
+        self.run_name = self.run_name.take().or(h.name);
+        self.secrets.extend(h.secrets);
         if self.argv.is_empty() {
-            self.argv = run::unredact(rec, &secrets).0;
+            self.argv = h.argv;
         }
-        self.restarts = run::restarts(dir);
+        self.restarts = h.restarts;
+        self.remote = h.remote.or(self.remote.take());
+        if h.no_generate {
+            self.generate = false;
+        }
     }
 }
 

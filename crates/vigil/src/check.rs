@@ -366,6 +366,8 @@ pub struct Inputs<'a> {
     /// The installed server version when the caller knows it (the golden-table test); `None`: read
     /// from the package metadata beside the interpreter (on this machine only).
     pub version: Option<String>,
+    /// Where the node keeps its runs' logs (the disk check), when the caller runs servers here.
+    pub state_root: Option<std::path::PathBuf>,
 }
 
 fn env_get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
@@ -1158,8 +1160,8 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
             }
         }
     }
-    if let Ok(root) = crate::run::state_root() {
-        if let Some(f) = free_bytes(&root) {
+    if let Some(root) = &inp.state_root {
+        if let Some(f) = free_bytes(root) {
             if f < 1 << 30 {
                 rep.add(
                     Severity::Warning,

@@ -124,6 +124,7 @@ fn golden_table() {
             cwd: &root,
             local_machine: false,
             version: Some(version.to_string()),
+            state_root: None,
         };
         let rep = match check(&inp, &profiles) {
             Ok(r) => r,

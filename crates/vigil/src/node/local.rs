@@ -279,6 +279,7 @@ impl Node for LocalNode {
                 cwd: &cwd,
                 local_machine: true,
                 version: None,
+                state_root: crate::run::state_root().ok(),
             };
             crate::check::check(&i, &profiles)
         })

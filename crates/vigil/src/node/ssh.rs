@@ -418,7 +418,7 @@ pub async fn check_report(
         back.push((dir.display().to_string(), format!("{}:{remote_dir}", c.dest)));
     }
     let mut rep = check::check(
-        &check::Inputs { argv: &argv2, server: kind.clone(), env, cwd: &mirror, local_machine: false, version: None },
+        &check::Inputs { argv: &argv2, server: kind.clone(), env, cwd: &mirror, local_machine: false, version: None, state_root: None },
         profiles,
     )?;
     let _ = std::fs::remove_dir_all(&mirror);

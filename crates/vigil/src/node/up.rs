@@ -181,6 +181,7 @@ pub async fn launch(
                 cwd: &cwd,
                 local_machine: true,
                 version: None,
+                state_root: crate::run::state_root().ok(),
             },
             profiles,
         )?;

@@ -458,12 +458,10 @@ pub(crate) fn verdict_text(r: &HostResult) -> String {
     match r.report.as_ref() {
         Some(rep) if r.code == Exit::Degraded => format!("{} (degraded)", rep.verdict),
         Some(rep) => rep.verdict.to_string(),
+        // without a verdict: the outcome's own word; a watch stopped before one, or any other failure
         None => match r.code {
-            Exit::Unreachable => "unreachable".into(),
-            Exit::Refused => "refused".into(),
-            Exit::Interrupted => "interrupted".into(),
+            Exit::Unreachable | Exit::Refused | Exit::Interrupted | Exit::Usage => r.code.to_string(),
             Exit::Starting => "stopped".into(),
-            Exit::Usage => "error".into(),
             _ => "failed".into(),
         },
     }

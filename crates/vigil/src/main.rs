@@ -21,6 +21,7 @@ mod exit;
 mod help;
 mod settings;
 mod signals;
+mod state;
 use signals::install_interrupt_handlers;
 
 use clap::{CommandFactory, Parser};
@@ -147,7 +148,12 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
                 }
             };
             let s = reader.sample().map_err(CliError::Internal)?;
-            crate::tables::gpu(&s, json);
+            let cmdlines = s
+                .procs
+                .iter()
+                .filter_map(|p| Some((p.pid, crate::sources::follow::cmdline(p.pid)?.join(" "))))
+                .collect();
+            crate::sinks::tables::gpu(&s, &cmdlines, crate::state::now_ms(), json);
             Ok(Exit::Ready)
         }
         Cmd::Watch { name, proof, json } => {

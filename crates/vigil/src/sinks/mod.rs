@@ -7,6 +7,8 @@ pub mod events;
 pub mod history;
 pub mod metrics;
 pub mod notify;
+pub mod records;
+pub mod redact;
 pub mod report;
 pub mod tables;
 pub mod timeline;

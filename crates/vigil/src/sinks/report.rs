@@ -18,7 +18,7 @@ pub enum Mode {
 pub struct Reporter {
     pub mode: Mode,
     color: bool,
-    redactor: crate::run::Redactor,
+    redactor: crate::sinks::redact::Redactor,
     live_len: usize,
     last_live: Option<Instant>,
     last_heartbeat: Instant,
@@ -49,7 +49,7 @@ impl Reporter {
         Reporter {
             mode,
             color,
-            redactor: crate::run::Redactor::default(),
+            redactor: crate::sinks::redact::Redactor::default(),
             live_len: 0,
             last_live: None,
             last_heartbeat: Instant::now(),

@@ -5,7 +5,6 @@
 
 mod derive;
 pub mod fit;
-pub mod gguf;
 #[cfg(test)]
 mod golden;
 mod launch;
@@ -13,6 +12,7 @@ mod launch;
 use crate::error::CliError;
 use crate::procs;
 pub use crate::sinks::records::{CheckReport as Report, Severity};
+use crate::sources::gguf;
 pub(crate) use derive::Srv;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

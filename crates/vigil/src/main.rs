@@ -13,7 +13,7 @@ use check::fit;
 use commands::{diagnose, kprobe};
 use node::{keeper, remote, run, up};
 use sinks::{events, history, metrics, notify, report, tables, timeline};
-use sources::{engine_metrics, follow, gguf, gpu, gpu_health, lines, probe, procs, proof, tls, tree};
+use sources::{engine_metrics, follow, gpu, gpu_health, lines, probe, procs, proof, tls, tree};
 use supervise::{evidence, hosts, policy, remote_evidence, slurm, wait};
 mod cli;
 mod error;
@@ -178,8 +178,8 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         Cmd::Timeline { target, svg } => timeline::run(&target, svg.as_deref(), &profiles),
         Cmd::History { name, json, sub } => match sub {
-            Some(cli::HistoryCmd::Import { files }) => history::import(&files, &profiles),
-            None => history::list(name.as_deref(), json),
+            Some(cli::HistoryCmd::Import { files }) => commands::history::import(&files, &profiles),
+            None => commands::history::list(name.as_deref(), json),
         },
         Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {

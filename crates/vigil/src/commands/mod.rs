@@ -3,6 +3,7 @@
 //! at once). `up`, `wait` and `check` reach nodes through the watch's sources and the fleet drivers.
 
 pub mod diagnose;
+pub mod history;
 pub mod kprobe;
 
 use crate::error::CliError;

@@ -13,7 +13,7 @@
 //! re-exported here).
 
 use crate::error::CliError;
-pub use crate::sinks::redact::{redact, redact_cmdline, secret_values, secret_var, Redactor, Secrets};
+pub use crate::sinks::redact::{redact, redact_cmdline, secret_values, Redactor, Secrets};
 pub use crate::state::{mkdir_private, now_ms, state_root};
 use serde::{Deserialize, Serialize};
 use std::io::Write;

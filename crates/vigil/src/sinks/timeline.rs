@@ -450,7 +450,7 @@ fn ansi(p: Phase) -> u8 {
 
 /// The history's per-phase medians for a name (good startups only).
 fn medians(name: &str) -> BTreeMap<Phase, u64> {
-    let Ok((store, _)) = crate::history::Store::open_default() else {
+    let Ok((store, _)) = crate::sources::history::Store::open_default() else {
         return BTreeMap::new();
     };
     let good: Vec<vigil_core::history::Startup> =
@@ -474,7 +474,7 @@ pub fn run(target: &str, svg_out: Option<&Path>, profiles: &Profiles) -> Result<
         let (_, rec) = crate::run::load(target)?;
         (PathBuf::from(&rec.log), rec.name)
     };
-    let o = crate::history::read_log(&log, profiles).map_err(CliError::usage)?;
+    let o = crate::sources::history::read_log(&log, profiles).map_err(CliError::usage)?;
     let title = format!("{} — {}", name, o.report.server.as_deref().unwrap_or("server"));
     let pic = Picture::new(title, &o.report, &o.ranks, &o.last_lines, medians(&name));
     if let Some(f) = svg_out {

@@ -8,6 +8,7 @@ pub mod follow;
 pub mod gguf;
 pub mod gpu;
 pub mod gpu_health;
+pub mod history;
 pub mod lines;
 pub mod probe;
 pub mod procs;

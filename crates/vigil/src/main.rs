@@ -12,7 +12,7 @@ use crate::exit::Exit;
 use check::fit;
 use commands::{diagnose, kprobe};
 use node::{keeper, remote, run, up};
-use sinks::{events, history, metrics, notify, report, tables, timeline};
+use sinks::{events, metrics, notify, report, tables};
 use sources::{engine_metrics, follow, gpu, gpu_health, lines, probe, procs, proof, tls, tree};
 use supervise::{evidence, hosts, policy, remote_evidence, slurm, wait};
 mod cli;
@@ -176,7 +176,7 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             }
             block_on(commands::check(&Nodes::Local, cmd, server, json, profiles))?
         }
-        Cmd::Timeline { target, svg } => timeline::run(&target, svg.as_deref(), &profiles),
+        Cmd::Timeline { target, svg } => commands::timeline::run(&target, svg.as_deref(), &profiles),
         Cmd::History { name, json, sub } => match sub {
             Some(cli::HistoryCmd::Import { files }) => commands::history::import(&files, &profiles),
             None => commands::history::list(name.as_deref(), json),

@@ -5,6 +5,7 @@
 pub mod diagnose;
 pub mod history;
 pub mod kprobe;
+pub mod timeline;
 
 use crate::error::CliError;
 use crate::events::WatchEvent;

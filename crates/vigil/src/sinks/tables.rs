@@ -1,6 +1,7 @@
 //! The tables and one-shot reports of the commands that are not watches (`status`, `ps`, `gpu`, `check`,
 //! the per-host listings of `--host`): each renders typed rows either as JSON or as aligned text, here
-//! and nowhere else. Watches report through the event stream (`events.rs`, `report.rs`).
+//! and nowhere else. The rows are `records.rs`'s; what rendering needs beyond them (a process's command
+//! line, the time) the caller passes in. Watches report through the event stream (`events.rs`, `report.rs`).
 
 use crate::sinks::events::FleetEnd;
 use crate::sinks::records::{CheckReport, ProcRow, RunRow, Severity, Snapshot};

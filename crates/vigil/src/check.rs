@@ -5,42 +5,17 @@
 
 mod derive;
 pub mod fit;
-pub mod gguf;
 #[cfg(test)]
 mod golden;
 mod launch;
 
 use crate::error::CliError;
 use crate::procs;
+pub use crate::sinks::records::{CheckReport as Report, Severity};
+use crate::sources::gguf;
 pub(crate) use derive::Srv;
-use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Info,
-    Warning,
-    Error,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub severity: Severity,
-    pub rule: String,
-    pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-    /// For an error: the evidence that the server itself refuses these inputs (a test against the real
-    /// server, or the golden table of the server's own code). `None`: not confirmed, and `vigil up`
-    /// treats the error as a warning and launches (the safety valve: a false refusal is the worst bug).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub confirmed: Option<&'static str>,
-    /// The numbers behind a finding, for `--json` (the fit estimate's `weights_gib_per_gpu`, `kv_tokens`, ...).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data: Option<Value>,
-}
 
 /// Evidence for the errors that `vigil up` may refuse a launch on. Every other error is advisory until
 /// the golden table of the servers' own code confirms it (issue #13).
@@ -71,53 +46,6 @@ pub mod evidence {
     /// Golden `#attn#` rows: the model's attention layer, built at this TP size, asserts on its heads.
     pub const GOLDEN_ATTENTION: &str =
         "golden table: the model's own attention layer refuses this TP when built (tests/golden, #attn# rows)";
-}
-
-#[derive(Default)]
-pub struct Report {
-    pub server: Option<String>,
-    pub version: Option<String>,
-    /// The transformers version beside the server (vLLM < 0.24 runs with 4.x or 5.x).
-    pub transformers: Option<String>,
-    pub findings: Vec<Finding>,
-    /// The context length the server will run with (the length flag, else the derived length).
-    pub context: Option<u64>,
-    /// The draft's derived context length, when a draft model is read.
-    pub draft_context: Option<u64>,
-}
-
-impl Report {
-    pub fn add(&mut self, severity: Severity, rule: &str, message: impl Into<String>, fix: Option<String>) {
-        self.findings.push(Finding {
-            severity,
-            rule: rule.into(),
-            message: message.into(),
-            fix,
-            confirmed: None,
-            data: None,
-        });
-    }
-    /// An error the server is known to refuse (see [`evidence`]): the only kind `vigil up` stops on.
-    pub fn add_confirmed(&mut self, rule: &str, message: impl Into<String>, fix: Option<String>, by: &'static str) {
-        self.findings.push(Finding {
-            severity: Severity::Error,
-            rule: rule.into(),
-            message: message.into(),
-            fix,
-            confirmed: Some(by),
-            data: None,
-        });
-    }
-    pub fn errors(&self) -> usize {
-        self.findings.iter().filter(|f| f.severity == Severity::Error).count()
-    }
-    /// Errors confirmed against the server: `vigil up` launches nothing when there is one.
-    pub fn blocking(&self) -> usize {
-        self.findings.iter().filter(|f| f.severity == Severity::Error && f.confirmed.is_some()).count()
-    }
-    pub fn warnings(&self) -> usize {
-        self.findings.iter().filter(|f| f.severity == Severity::Warning).count()
-    }
 }
 
 /// A model config read from disk (with the command line's overrides applied).
@@ -1125,7 +1053,7 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
                         "GPU {}: pid {} ({}) already holds {} MiB",
                         p.gpu,
                         p.pid,
-                        crate::run::redact_cmdline(&cmd),
+                        crate::sinks::redact::redact_cmdline(&cmd),
                         p.used_mib
                     ),
                     Some(format!("stop it first (`vigil down --pid {}`) if it is a leftover", p.pid)),

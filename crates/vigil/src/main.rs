@@ -9,10 +9,10 @@ mod sinks;
 mod sources;
 mod supervise;
 use crate::exit::Exit;
-use check::{fit, gguf};
+use check::fit;
 use commands::{diagnose, kprobe};
 use node::{keeper, remote, run, up};
-use sinks::{events, history, metrics, notify, report, tables, timeline};
+use sinks::{events, metrics, notify, report, tables};
 use sources::{engine_metrics, follow, gpu, gpu_health, lines, probe, procs, proof, tls, tree};
 use supervise::{evidence, hosts, policy, slurm, wait};
 mod cli;
@@ -21,6 +21,7 @@ mod exit;
 mod help;
 mod settings;
 mod signals;
+mod state;
 use signals::install_interrupt_handlers;
 
 use clap::{CommandFactory, Parser};
@@ -147,7 +148,12 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
                 }
             };
             let s = reader.sample().map_err(CliError::Internal)?;
-            crate::tables::gpu(&s, json);
+            let cmdlines = s
+                .procs
+                .iter()
+                .filter_map(|p| Some((p.pid, crate::sources::follow::cmdline(p.pid)?.join(" "))))
+                .collect();
+            crate::sinks::tables::gpu(&s, &cmdlines, crate::state::now_ms(), json);
             Ok(Exit::Ready)
         }
         Cmd::Watch { name, proof, json } => {
@@ -170,10 +176,10 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             }
             block_on(commands::check(&Nodes::Local, cmd, server, json, profiles))?
         }
-        Cmd::Timeline { target, svg } => timeline::run(&target, svg.as_deref(), &profiles),
+        Cmd::Timeline { target, svg } => commands::timeline::run(&target, svg.as_deref(), &profiles),
         Cmd::History { name, json, sub } => match sub {
-            Some(cli::HistoryCmd::Import { files }) => history::import(&files, &profiles),
-            None => history::list(name.as_deref(), json),
+            Some(cli::HistoryCmd::Import { files }) => commands::history::import(&files, &profiles),
+            None => commands::history::list(name.as_deref(), json),
         },
         Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {

@@ -8,7 +8,7 @@
 
 use crate::check::{Config, Inputs, Launch, Report, Severity};
 use crate::follow::arg_value;
-use crate::gguf::GgufInfo;
+use crate::sources::gguf::GgufInfo;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::Path;
@@ -477,7 +477,7 @@ pub fn add_findings(inp: &Inputs, l: &Launch, server: Option<&str>, rep: &mut Re
             if !std::fs::metadata(&p).is_ok_and(|x| x.is_file()) {
                 return;
             }
-            if let Ok(g) = crate::gguf::read(&p) {
+            if let Ok(g) = crate::sources::gguf::read(&p) {
                 add_llama_findings(&g, inp.argv, inp.local_machine, rep);
             }
         }

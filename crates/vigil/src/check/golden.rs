@@ -5,6 +5,7 @@
 //! Refresh the table with `python3 scripts/golden/refresh.py`, then run this test.
 
 use super::*;
+use crate::sinks::records::Finding;
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -3,7 +3,9 @@
 //! at once). `up`, `wait` and `check` reach nodes through the watch's sources and the fleet drivers.
 
 pub mod diagnose;
+pub mod history;
 pub mod kprobe;
+pub mod timeline;
 
 use crate::error::CliError;
 use crate::events::WatchEvent;

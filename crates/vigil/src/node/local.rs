@@ -217,7 +217,7 @@ impl Node for LocalNode {
     }
 
     fn redactor(&self, name: &str) -> Redactor {
-        Redactor::for_run(name, None)
+        run::redactor_for(name, None)
     }
 
     async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError> {

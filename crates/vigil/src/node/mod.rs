@@ -18,7 +18,6 @@ use crate::error::CliError;
 use crate::follow::SourceMsg;
 use crate::report::Reporter;
 use crate::run::Redactor;
-use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
@@ -26,38 +25,9 @@ use vigil_core::evidence::Evidence;
 use vigil_core::judge::ExitInfo;
 use vigil_core::{Profiles, Report};
 
+pub use crate::sinks::records::{ProcRow, RunRow};
 pub use local::LocalNode;
 pub use ssh::SshNode;
-
-/// One run of `vigil up` on a node, as `status` shows it.
-#[derive(Debug, Serialize)]
-pub struct RunRow {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    pub name: String,
-    pub server: Option<String>,
-    pub state: String,
-    pub phase: String,
-    pub in_state: Option<String>,
-    pub port: Option<u16>,
-    pub pid: Option<i64>,
-    pub keeper_pid: i64,
-    pub last_log_line_age_s: Option<u64>,
-}
-
-/// An inference server on a node that vigil did not start, as `ps` shows it.
-#[derive(Debug, Serialize)]
-pub struct ProcRow {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    pub pid: i32,
-    pub server: String,
-    pub age_s: Option<u64>,
-    pub ports: Vec<u16>,
-    /// GPU memory held by the process tree (MiB), when GPU readings exist.
-    pub gpu_mib: Option<u64>,
-    pub cmd: String,
-}
 
 /// The end of a run's log: its last lines, and the byte offset after them (where following resumes).
 pub struct LogTail {

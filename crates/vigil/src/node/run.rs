@@ -8,12 +8,16 @@
 //! - `server.log` (+ `.1`, `.2` …) the server's stdout and stderr, secrets redacted
 //!
 //! Secret values (needed to replay the exact command on `restart`) are kept apart, in
-//! `$XDG_STATE_HOME/vigil/secrets/<name>.json` (0600), never in the run directory.
+//! `$XDG_STATE_HOME/vigil/secrets/<name>.json` (0600), never in the run directory. What counts as a
+//! secret, and the redactor, are `sinks::redact`'s; the state root and the clock are `state.rs`'s (both
+//! re-exported here).
 
 use crate::error::CliError;
+pub use crate::sinks::redact::{redact, redact_cmdline, secret_values, Redactor, Secrets};
+pub use crate::state::{mkdir_private, now_ms, state_root};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -30,14 +34,6 @@ pub struct RunRecord {
     pub log_max_bytes: u64,
     pub log_keep: u32,
     pub created_unix_ms: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Secrets {
-    /// (index into argv, real value)
-    pub argv: Vec<(usize, String)>,
-    /// (variable, real value)
-    pub env: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -63,41 +59,6 @@ pub fn stop_requested(dir: &Path) -> bool {
     dir.join("stop.json").exists()
 }
 
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-fn home() -> Option<PathBuf> {
-    if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        return Some(PathBuf::from(h));
-    }
-    // Under `env -i` HOME is unset: ask the password database.
-    // SAFETY: getpwuid_r with buffers we own.
-    unsafe {
-        let mut pw: libc::passwd = std::mem::zeroed();
-        let mut buf = vec![0 as libc::c_char; 4096];
-        let mut out: *mut libc::passwd = std::ptr::null_mut();
-        if libc::getpwuid_r(libc::getuid(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) == 0 && !out.is_null() {
-            let dir = std::ffi::CStr::from_ptr(pw.pw_dir).to_string_lossy().into_owned();
-            return Some(PathBuf::from(dir));
-        }
-    }
-    None
-}
-
-/// `$VIGIL_STATE_DIR`, else `$XDG_STATE_HOME/vigil`, else `~/.local/state/vigil`.
-pub fn state_root() -> Result<PathBuf, CliError> {
-    if let Some(d) = std::env::var_os("VIGIL_STATE_DIR").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(d));
-    }
-    if let Some(d) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).filter(|d| d.is_absolute()) {
-        return Ok(d.join("vigil"));
-    }
-    home()
-        .map(|h| h.join(".local/state/vigil"))
-        .ok_or_else(|| CliError::usage("cannot find the state directory: set HOME, XDG_STATE_HOME or VIGIL_STATE_DIR"))
-}
-
 pub fn runs_dir() -> Result<PathBuf, CliError> {
     Ok(state_root()?.join("runs"))
 }
@@ -120,16 +81,6 @@ pub fn run_dir(name: &str) -> Result<PathBuf, CliError> {
 
 pub fn secrets_path(name: &str) -> Result<PathBuf, CliError> {
     Ok(state_root()?.join("secrets").join(format!("{name}.json")))
-}
-
-pub fn mkdir_private(p: &Path) -> Result<(), CliError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| CliError::usage(format!("cannot create {}: {e}", p.display())))?;
-    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
-    Ok(())
 }
 
 /// Writes a file atomically (temp file, fsync, rename), mode 0600.
@@ -172,103 +123,10 @@ pub fn read_events(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Flags whose next argument (or `=value`) is a secret.
-const SECRET_FLAGS: &[&str] = &["--api-key", "--hf-token", "--token", "--admin-api-key", "--api-keys"];
-
-/// Is this environment variable a secret? (`HF_TOKEN`, `*_API_KEY`, `*_TOKEN`, `*_SECRET*`, `*PASSWORD*`)
-pub fn secret_var(k: &str) -> bool {
-    let u = k.to_ascii_uppercase();
-    u == "HF_TOKEN"
-        || u == "HUGGING_FACE_HUB_TOKEN"
-        || u.ends_with("_API_KEY")
-        || u == "API_KEY"
-        || u.ends_with("_TOKEN")
-        || u.contains("SECRET")
-        || u.contains("PASSWORD")
-}
-
-/// Splits a command and an environment into a redacted copy and the secrets it held.
-pub fn redact(argv: &[String], env: &[(String, String)]) -> (Vec<String>, Vec<(String, String)>, Secrets) {
-    let mut s = Secrets::default();
-    let mut out = argv.to_vec();
-    let mut i = 0;
-    while i < out.len() {
-        let a = out[i].clone();
-        if SECRET_FLAGS.contains(&a.as_str()) && i + 1 < out.len() {
-            s.argv.push((i + 1, out[i + 1].clone()));
-            out[i + 1] = "***".into();
-            i += 2;
-            continue;
-        }
-        if let Some((flag, val)) = a.split_once('=') {
-            if SECRET_FLAGS.contains(&flag) {
-                s.argv.push((i, a.clone()));
-                out[i] = format!("{flag}=***");
-                let _ = val;
-            }
-        }
-        i += 1;
-    }
-    let env_out = env
-        .iter()
-        .map(|(k, v)| {
-            if secret_var(k) && !v.is_empty() {
-                s.env.push((k.clone(), v.clone()));
-                (k.clone(), "***".into())
-            } else {
-                (k.clone(), v.clone())
-            }
-        })
-        .collect();
-    (out, env_out, s)
-}
-
-/// A command line given as one string (from /proc), secret flag values replaced by `***`.
-pub fn redact_cmdline(cmd: &str) -> String {
-    redact(&cmd.split(' ').map(String::from).collect::<Vec<_>>(), &[]).0.join(" ")
-}
-
-/// The one redactor every output goes through (terminal, plain, JSON, logs, local and remote): the secret
-/// values known for the run (stored apart from the run record) and the values of secret flags in any
-/// `--flag value` / `--flag=value` shape.
-#[derive(Debug, Clone, Default)]
-pub struct Redactor {
-    values: Vec<String>,
-}
-
-impl Redactor {
-    pub fn from_secrets(s: &Secrets) -> Redactor {
-        let mut r = Redactor::default();
-        for v in secret_values(s) {
-            r.add(&v);
-        }
-        r
-    }
-
-    /// The stored secrets of a run (local, or `host` for a run on a remote node); none when there are none.
-    pub fn for_run(name: &str, host: Option<&str>) -> Redactor {
-        Redactor::from_secrets(&stored_secrets(name, host))
-    }
-
-    /// A value that must never be printed (short values are not redacted: they would mangle text).
-    pub fn add(&mut self, v: &str) {
-        if v.len() >= 4 && !self.values.iter().any(|x| x == v) {
-            self.values.push(v.to_string());
-        }
-    }
-
-    pub fn redact(&self, s: &str) -> String {
-        let mut out = s.to_string();
-        for v in &self.values {
-            if out.contains(v.as_str()) {
-                out = out.replace(v.as_str(), "***");
-            }
-        }
-        if SECRET_FLAGS.iter().any(|f| out.contains(f)) {
-            out = redact_cmdline(&out);
-        }
-        out
-    }
+/// The redactor of a run: its stored secrets (local, or `host` for a run on a remote node); none when
+/// there are none.
+pub fn redactor_for(name: &str, host: Option<&str>) -> Redactor {
+    Redactor::from_secrets(&stored_secrets(name, host))
 }
 
 /// The secrets kept apart for a run (`host`: a run on a remote node); empty when there are none or they
@@ -287,25 +145,6 @@ pub fn remote_secrets_path(host: &str, name: &str) -> Result<PathBuf, CliError> 
     let h: String =
         host.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.@".contains(c) { c } else { '_' }).collect();
     Ok(state_root()?.join("secrets").join("remote").join(h).join(format!("{name}.json")))
-}
-
-/// Secret values as they appear in text (the `--flag=value` form contributes its value).
-pub fn secret_values(s: &Secrets) -> Vec<String> {
-    let mut v: Vec<String> = s
-        .argv
-        .iter()
-        .map(|(_, a)| {
-            a.split_once('=')
-                .filter(|(f, _)| f.starts_with("--"))
-                .map(|(_, v)| v.to_string())
-                .unwrap_or_else(|| a.clone())
-        })
-        .chain(s.env.iter().map(|(_, v)| v.clone()))
-        .filter(|v| v.len() >= 4)
-        .collect();
-    v.sort();
-    v.dedup();
-    v
 }
 
 /// Restores the real command and environment from a record and its secrets.

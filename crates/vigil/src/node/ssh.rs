@@ -110,7 +110,7 @@ impl Node for SshNode {
     }
 
     fn redactor(&self, name: &str) -> Redactor {
-        Redactor::for_run(name, Some(&self.conn.dest))
+        crate::run::redactor_for(name, Some(&self.conn.dest))
     }
 
     async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError> {

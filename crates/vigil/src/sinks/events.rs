@@ -2,12 +2,13 @@
 //! phase, progress, verdict) and these are everything `up`, `wait`, `diagnose` and the multi-node driver
 //! say; the sinks in `report.rs` render them (TTY and plain lines, JSON lines) behind one redactor. This
 //! enum is the JSON schema that `docs/events.md` describes: fields carry typed data, never text formatted
-//! for one sink. What a run records on disk (`events.jsonl`) is the second enum, [`RunEvent`].
+//! for one sink. What a run records on disk (`events.jsonl`) is the second enum, [`RunEvent`]. The payloads
+//! that no lower layer owns are defined here ([`StopReport`]: `procs::stop_tree` returns it); the
+//! generation proof's is `vigil_core::proof::Generation`.
 
-use crate::procs::StopReport;
-use crate::proof::Generation;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use vigil_core::proof::Generation;
 use vigil_core::{Cause, Phase, ProbeOutcome};
 
 #[derive(Debug, Serialize)]
@@ -139,6 +140,24 @@ impl FleetEnd {
         };
         serde_json::to_value(v).unwrap_or_default()
     }
+}
+
+/// What happened to one process of a stopped tree (`procs::stop_tree`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Stopped {
+    pub pid: i32,
+    pub cmd: String,
+    /// SIGTERM, SIGKILL, or "already gone"
+    pub how: String,
+}
+
+/// What stopping a process tree did (`procs::stop_tree`): the payload of `down --pid`'s event and of a
+/// run's recorded stop.
+#[derive(Debug, Clone, Serialize)]
+pub struct StopReport {
+    pub stopped: Vec<Stopped>,
+    pub survivors: Vec<Stopped>,
+    pub elapsed_ms: u64,
 }
 
 /// What a run records in its `events.jsonl` (the keeper and `down`), with wall-clock times.

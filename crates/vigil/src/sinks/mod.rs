@@ -1,12 +1,16 @@
-//! Sinks: where the typed event stream goes. `events` is the stream's schema; `report` renders it for
-//! people (TTY, plain) and as JSON behind one redactor; `tables` renders the one-shot commands' rows;
-//! `metrics` (Prometheus) and `notify` (sd_notify) follow the verdict; `history` records startups (and
-//! gives the next watch its baseline); `timeline` draws one.
+//! Sinks: where the typed event stream and the commands' records go. `events` is the stream's schema (and
+//! the payloads no lower layer owns); `records` the one-shot commands' rows and reports; `report` renders
+//! the stream for people (TTY, plain) and as JSON behind the one redactor of `redact`; `tables` renders
+//! the records; `metrics` (Prometheus) and `notify` (sd_notify) follow the verdict; `history` says what
+//! the startup history means in words; `timeline` draws a startup. Sinks import only each other, the base
+//! modules and `vigil_core`: every other layer may import them, and hands them values.
 
 pub mod events;
 pub mod history;
 pub mod metrics;
 pub mod notify;
+pub mod records;
+pub mod redact;
 pub mod report;
 pub mod tables;
 pub mod timeline;

@@ -1,7 +1,7 @@
 //! Reporters: a live status line on a TTY, plain lines otherwise, JSON lines with `--json`.
 //! Every string printed passes through the redactor: secret values never reach the output.
 
-use crate::events::WatchEvent;
+use crate::sinks::events::WatchEvent;
 use std::io::Write;
 use std::time::{Duration, Instant};
 use vigil_core::judge::fmt_ms;
@@ -18,7 +18,7 @@ pub enum Mode {
 pub struct Reporter {
     pub mode: Mode,
     color: bool,
-    redactor: crate::run::Redactor,
+    redactor: crate::sinks::redact::Redactor,
     live_len: usize,
     last_live: Option<Instant>,
     last_heartbeat: Instant,
@@ -49,7 +49,7 @@ impl Reporter {
         Reporter {
             mode,
             color,
-            redactor: crate::run::Redactor::default(),
+            redactor: crate::sinks::redact::Redactor::default(),
             live_len: 0,
             last_live: None,
             last_heartbeat: Instant::now(),
@@ -218,7 +218,7 @@ impl Reporter {
             _ if !self.judge_events_in_text => {}
             (_, Event::Phase { phase, from, laggards, usual_ms, eta_ms, .. }) => {
                 let mut s = format!("[{:>7}] phase {} → {}", fmt_t(t_ms), from, self.paint(phase.as_str(), "1"));
-                s.push_str(&crate::history::usual_text(*usual_ms, *eta_ms));
+                s.push_str(&crate::sinks::history::usual_text(*usual_ms, *eta_ms));
                 if !laggards.is_empty() {
                     s.push_str(&format!("  (behind: {})", laggards.join(", ")));
                 }
@@ -266,7 +266,7 @@ impl Reporter {
                 self.print(&s);
             }
             (_, Event::Slow(x)) => {
-                let s = crate::history::slow_text(x);
+                let s = crate::sinks::history::slow_text(x);
                 self.print(&format!("[{:>7}] {}", fmt_t(t_ms), self.paint(&s, "33")));
             }
             (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) | (_, Event::EngineMetrics(_)) => {}
@@ -285,7 +285,7 @@ impl Reporter {
         if let Some(ms) = j.in_phase_ms() {
             s.push_str(&format!(" · {} in phase", fmt_ms(ms)));
         }
-        s.push_str(&crate::history::live_text(j));
+        s.push_str(&crate::sinks::history::live_text(j));
         s.push_str(&format!(" · {} total", fmt_ms(t_ms)));
         if let Some(p) = probe {
             s.push_str(&format!(" · probe {p}"));
@@ -403,7 +403,7 @@ pub fn summary(r: &Report, file: Option<&str>, paint: impl Fn(&str, &str) -> Str
         })
         .collect();
     out.push(format!("  timeline: {}", tl.join(" → ")));
-    out.extend(crate::history::summary_lines(r));
+    out.extend(crate::sinks::history::summary_lines(r));
     if !r.evidence.is_empty() {
         out.push("  evidence:".into());
         for l in &r.evidence {

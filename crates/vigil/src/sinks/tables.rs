@@ -1,13 +1,13 @@
 //! The tables and one-shot reports of the commands that are not watches (`status`, `ps`, `gpu`, `check`,
 //! the per-host listings of `--host`): each renders typed rows either as JSON or as aligned text, here
-//! and nowhere else. Watches report through the event stream (`events.rs`, `report.rs`).
+//! and nowhere else. The rows are `records.rs`'s; what rendering needs beyond them (a process's command
+//! line, the time) the caller passes in. Watches report through the event stream (`events.rs`, `report.rs`).
 
-use crate::check::{Report as CheckReport, Severity};
-use crate::events::FleetEnd;
-use crate::follow;
-use crate::node::{ProcRow, RunRow};
-use crate::report::out_line;
-use crate::run;
+use crate::sinks::events::FleetEnd;
+use crate::sinks::records::{CheckReport, ProcRow, RunRow, Severity, Snapshot};
+use crate::sinks::redact::redact_cmdline;
+use crate::sinks::report::out_line;
+use std::collections::BTreeMap;
 use vigil_core::judge::fmt_ms;
 
 /// Rows as one JSON array, or a header and a line per row (`empty` when there are none).
@@ -94,11 +94,12 @@ pub fn ps(rows: &[ProcRow], json: bool) {
     });
 }
 
-/// `vigil gpu`: one sample of every GPU and the processes holding memory.
-pub fn gpu(s: &crate::gpu::Snapshot, json: bool) {
+/// `vigil gpu`: one sample of every GPU (taken at `t_unix_ms`) and the processes holding memory, each with
+/// its command line (`cmdlines`, by pid; redacted here).
+pub fn gpu(s: &Snapshot, cmdlines: &BTreeMap<i32, String>, t_unix_ms: u64, json: bool) {
     if json {
         let mut v = serde_json::to_value(s).unwrap_or_default();
-        v["t_unix_ms"] = run::now_ms().into();
+        v["t_unix_ms"] = t_unix_ms.into();
         out_line(&v.to_string());
     } else {
         for g in &s.gpus {
@@ -112,8 +113,8 @@ pub fn gpu(s: &crate::gpu::Snapshot, json: bool) {
             ));
         }
         for p in &s.procs {
-            let cmd = follow::cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| "?".into());
-            out_line(&format!("  pid {:>7} GPU {} {:>7} MiB  {}", p.pid, p.gpu, p.used_mib, run::redact_cmdline(&cmd)));
+            let cmd = cmdlines.get(&p.pid).map_or("?", String::as_str);
+            out_line(&format!("  pid {:>7} GPU {} {:>7} MiB  {}", p.pid, p.gpu, p.used_mib, redact_cmdline(cmd)));
         }
     }
 }
@@ -209,7 +210,7 @@ pub fn history(all: &[vigil_core::history::Startup], changes: &[Vec<vigil_core::
     use vigil_core::Phase;
     if json {
         for (s, c) in all.iter().zip(changes) {
-            let line = crate::history::JsonLine { key_id: s.key.id(), startup: s, changes: c };
+            let line = crate::sinks::history::JsonLine { key_id: s.key.id(), startup: s, changes: c };
             out_line(&serde_json::to_string(&line).unwrap_or_default());
         }
         return;
@@ -222,14 +223,14 @@ pub fn history(all: &[vigil_core::history::Startup], changes: &[Vec<vigil_core::
         };
         out_line(&format!(
             "{}  {:<16} {:<9} {:>7}  {}",
-            crate::history::fmt_time(s.started_unix_ms),
+            crate::sinks::history::fmt_time(s.started_unix_ms),
             s.name,
             format!("{}{cause}", s.verdict),
             s.total_ms.map(fmt_ms).unwrap_or_else(|| "?".into()),
-            crate::history::fmt_phases(&s.phases)
+            crate::sinks::history::fmt_phases(&s.phases)
         ));
         for x in c {
-            out_line(&format!("    changed: {}", crate::history::change_text(x)));
+            out_line(&format!("    changed: {}", crate::sinks::history::change_text(x)));
         }
     }
     // per key: medians and spread of the good ones

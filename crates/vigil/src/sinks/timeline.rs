@@ -1,16 +1,13 @@
 //! `vigil timeline NAME|LOG [--svg FILE]`: the startup as a picture. One lane per rank (and the draft),
 //! a bar per phase, the history's median as a ghost bar behind it, the verdict and where it happened;
 //! the lagging rank labelled and coloured. A compact Unicode rendering on a terminal; a standalone SVG
-//! (no scripts, no external fonts or images) for a browser or a bug report.
+//! (no scripts, no external fonts or images) for a browser or a bug report. The command that reads the log
+//! and the history's medians is `commands::timeline`.
 
-use crate::error::CliError;
-use crate::exit::Exit;
-use crate::report::out_line;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
 use vigil_core::judge::fmt_ms;
-use vigil_core::{Phase, Profiles, Report, Verdict};
+use vigil_core::{Phase, Report, Verdict};
 
 /// A rank's phase entries (phase, entered at ms), as the judge gives them.
 type RankTimes = Vec<(Phase, Option<u64>)>;
@@ -448,54 +445,12 @@ fn ansi(p: Phase) -> u8 {
     }
 }
 
-/// The history's per-phase medians for a name (good startups only).
-fn medians(name: &str) -> BTreeMap<Phase, u64> {
-    let Ok((store, _)) = crate::history::Store::open_default() else {
-        return BTreeMap::new();
-    };
-    let good: Vec<vigil_core::history::Startup> =
-        store.list(Some(name)).unwrap_or_default().into_iter().filter(|s| s.good()).collect();
-    let mut out = BTreeMap::new();
-    for p in Phase::ALL {
-        let v: Vec<u64> = good.iter().filter_map(|s| s.phases.get(&p).copied()).collect();
-        if let Some(st) = vigil_core::history::PhaseStats::of(&v) {
-            out.insert(p, st.median_ms);
-        }
-    }
-    out
-}
-
-/// `vigil timeline NAME|LOG [--svg FILE]`.
-pub fn run(target: &str, svg_out: Option<&Path>, profiles: &Profiles) -> Result<Exit, CliError> {
-    let (log, name) = if Path::new(target).is_file() {
-        let n = Path::new(target).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        (PathBuf::from(target), n)
-    } else {
-        let (_, rec) = crate::run::load(target)?;
-        (PathBuf::from(&rec.log), rec.name)
-    };
-    let o = crate::history::read_log(&log, profiles).map_err(CliError::usage)?;
-    let title = format!("{} — {}", name, o.report.server.as_deref().unwrap_or("server"));
-    let pic = Picture::new(title, &o.report, &o.ranks, &o.last_lines, medians(&name));
-    if let Some(f) = svg_out {
-        std::fs::write(f, svg(&pic)).map_err(|e| CliError::usage(format!("--svg {}: {e}", f.display())))?;
-        out_line(&format!("wrote {}", f.display()));
-        return Ok(Exit::Ready);
-    }
-    let tty = crate::report::is_tty(1);
-    let color = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    for l in text(&pic, if tty { 120 } else { 100 }, color) {
-        out_line(&l);
-    }
-    Ok(Exit::Ready)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn report(end: u64) -> Report {
-        let mut r = vigil_core::diagnose_text(&Profiles::builtin(), None, "");
+        let mut r = vigil_core::diagnose_text(&vigil_core::Profiles::builtin(), None, "");
         r.elapsed_ms = Some(end);
         r.verdict = Verdict::Stalled;
         r.phase = Phase::CudaGraphs;

@@ -1,31 +1,11 @@
 //! GPU readings: NVML through `nvml-wrapper`, loaded at run time (building vigil never needs CUDA):
 //! `libnvidia-ml.so.1` on the default path, then known driver folders; else `nvidia-smi` CSV; else off
-//! (one info line). Per GPU: memory used/total, utilisation; per process: pid → memory.
+//! (one info line). Per GPU: memory used/total, utilisation; per process: pid → memory. The sample's
+//! types are records `vigil gpu` prints (`sinks::records`, re-exported here).
 
-use serde::{Deserialize, Serialize};
+pub use crate::sinks::records::{GpuDev, GpuProc, Snapshot};
+use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GpuDev {
-    pub index: u32,
-    pub used_mib: u64,
-    pub total_mib: u64,
-    pub util: Option<u32>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GpuProc {
-    pub pid: i32,
-    pub gpu: u32,
-    pub used_mib: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Snapshot {
-    pub source: String,
-    pub gpus: Vec<GpuDev>,
-    pub procs: Vec<GpuProc>,
-}
 
 pub enum Reader {
     Nvml(Box<nvml_wrapper::Nvml>),

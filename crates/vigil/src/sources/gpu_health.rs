@@ -124,7 +124,7 @@ pub fn collect(smi_answers: bool) -> Option<(Vec<GpuHealth>, Vec<P2p>, &'static 
 
 /// `vigil check`: the node's GPU health as warnings (never errors) about the GPUs the server will use
 /// (`CUDA_VISIBLE_DEVICES`'s first `needed`, else GPUs 0..needed).
-pub fn check(visible: Option<&str>, needed: u64, smi_answers: bool, rep: &mut crate::check::Report) {
+pub fn check(visible: Option<&str>, needed: u64, smi_answers: bool, rep: &mut crate::sinks::records::CheckReport) {
     let Some((gpus, p2p, source)) = collect(smi_answers) else { return };
     let used: Vec<u32> = match visible {
         Some(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).take(needed as usize).collect(),
@@ -137,8 +137,8 @@ pub fn check(visible: Option<&str>, needed: u64, smi_answers: bool, rep: &mut cr
             continue;
         }
         let sev = match f.level {
-            gh::Level::Warning => crate::check::Severity::Warning,
-            gh::Level::Info => crate::check::Severity::Info,
+            gh::Level::Warning => crate::sinks::records::Severity::Warning,
+            gh::Level::Info => crate::sinks::records::Severity::Info,
         };
         rep.add(sev, "gpu-health", format!("{} (from {source})", f.message), None);
     }

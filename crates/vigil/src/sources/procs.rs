@@ -1,6 +1,8 @@
 //! Process facts from /proc: the tree under a pid, command lines, ages, listening ports and their
 //! holders, and stopping a tree with proof (SIGTERM, grace, SIGKILL, then verify nothing is left).
 
+/// What stopping a tree did: an event payload, defined with the events it travels in.
+pub use crate::sinks::events::{StopReport, Stopped};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -273,7 +275,7 @@ pub fn port_holder(port: u16) -> Option<(i32, String)> {
 /// The holder of a port for messages: "pid 1234 (cmd, secrets redacted)".
 pub fn port_holder_text(port: u16) -> String {
     match port_holder(port) {
-        Some((pid, cmd)) => format!("pid {pid} ({})", crate::run::redact_cmdline(&cmd)),
+        Some((pid, cmd)) => format!("pid {pid} ({})", crate::sinks::redact::redact_cmdline(&cmd)),
         None => "a process this user cannot see".into(),
     }
 }
@@ -291,22 +293,6 @@ pub fn port_free(port: u16) -> bool {
 pub fn signal(pid: i32, sig: i32) -> bool {
     // SAFETY: kill(2) on a pid; failure is reported by the return value.
     unsafe { libc::kill(pid, sig) == 0 }
-}
-
-/// What happened to one process of a stopped tree.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Stopped {
-    pub pid: i32,
-    pub cmd: String,
-    /// SIGTERM, SIGKILL, or "already gone"
-    pub how: String,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct StopReport {
-    pub stopped: Vec<Stopped>,
-    pub survivors: Vec<Stopped>,
-    pub elapsed_ms: u64,
 }
 
 /// `stop_tree` for async code: its waits (up to `grace` + 5 s) run on a blocking thread, so the runtime

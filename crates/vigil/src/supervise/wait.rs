@@ -166,7 +166,7 @@ struct Sinks {
 }
 
 impl Sinks {
-    fn verdict(&mut self, r: &Report, history: Option<&mut crate::history::Recorder>) {
+    fn verdict(&mut self, r: &Report, history: Option<&mut crate::sources::history::Recorder>) {
         if let Some(h) = history {
             h.finish(r);
         }
@@ -643,7 +643,7 @@ fn start<'p>(
     };
     // Startup history (docs/history.md): the judge learns usual durations, and the verdict is recorded.
     let remote_host = a.remote.as_ref().map(|w| w.conn.dest.clone());
-    let mut history = crate::history::Recorder::new(crate::history::Setup {
+    let mut history = crate::sources::history::Recorder::new(crate::sources::history::Setup {
         profiles,
         server: server.as_deref(),
         argv: &argv,

@@ -218,7 +218,7 @@ pub struct Parts<'p> {
     pub classifier: Classifier<'p>,
     pub proof: Proof,
     pub tree: TreeWatch,
-    pub history: Option<crate::history::Recorder>,
+    pub history: Option<crate::sources::history::Recorder>,
     /// The server kind, when known before the log tells it.
     pub server: Option<String>,
     pub probe_timeout: Duration,
@@ -239,7 +239,7 @@ pub struct Watch<'p> {
     classifier: Classifier<'p>,
     proof: Proof,
     tree: TreeWatch,
-    history: Option<crate::history::Recorder>,
+    history: Option<crate::sources::history::Recorder>,
     server: Option<String>,
     probe_timeout: Duration,
     next_probe: u64,
@@ -301,7 +301,7 @@ impl<'p> Watch<'p> {
         self.server.as_deref()
     }
 
-    pub fn history_mut(&mut self) -> Option<&mut crate::history::Recorder> {
+    pub fn history_mut(&mut self) -> Option<&mut crate::sources::history::Recorder> {
         self.history.as_mut()
     }
 

@@ -10,9 +10,9 @@ mod golden;
 mod launch;
 
 use crate::error::CliError;
-use crate::procs;
-pub use crate::sinks::records::{CheckReport as Report, Severity};
+use crate::sinks::records::{CheckReport as Report, Severity};
 use crate::sources::gguf;
+use crate::sources::procs;
 pub(crate) use derive::Srv;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -1020,7 +1020,7 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
         env_get(inp.env, "CUDA_VISIBLE_DEVICES").map(|v| v.split(',').filter(|x| !x.trim().is_empty()).count() as u64);
     let mut smi = std::process::Command::new("nvidia-smi");
     smi.args(["--query-gpu=index", "--format=csv,noheader"]);
-    let smi = procs::output_within(smi, crate::gpu::SMI_TIMEOUT)
+    let smi = procs::output_within(smi, crate::sources::gpu::SMI_TIMEOUT)
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).lines().count() as u64);
@@ -1040,10 +1040,10 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
         _ => {}
     }
     // GPU memory held by processes that are not this launch: memory the new server will not get.
-    match crate::gpu::Reader::open().and_then(|r| r.sample()) {
+    match crate::sources::gpu::Reader::open().and_then(|r| r.sample()) {
         Ok(s) => {
             for p in &s.procs {
-                let cmd = crate::follow::cmdline(p.pid)
+                let cmd = crate::sources::follow::cmdline(p.pid)
                     .map(|c| c.join(" "))
                     .unwrap_or_else(|| "a process of another pid namespace".into());
                 rep.add(
@@ -1072,7 +1072,7 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
         Err(why) => rep.add(Severity::Info, "gpus", why, None),
     }
     // issue #17: Xid-prone hardware shows in NVML before a launch: ECC, remaps, PCIe, NVLink, P2P (warnings)
-    crate::gpu_health::check(env_get(inp.env, "CUDA_VISIBLE_DEVICES"), gpus_needed, smi.is_some(), rep);
+    crate::sources::gpu_health::check(env_get(inp.env, "CUDA_VISIBLE_DEVICES"), gpus_needed, smi.is_some(), rep);
     if gpus_needed > 1 {
         if let Some(b) = shm_bytes() {
             if b < 1 << 30 {
@@ -1129,7 +1129,7 @@ pub fn gate(rep: &Report, json: bool, where_: &str) -> Option<String> {
     if rep.errors() == 0 {
         return None;
     }
-    crate::tables::check(rep, json);
+    crate::sinks::tables::check(rep, json);
     let n = rep.blocking();
     if n > 0 {
         return Some(format!(

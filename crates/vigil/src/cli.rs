@@ -2,7 +2,7 @@
 //! value as it is read. Nothing here acts; `settings.rs` turns these into validated settings.
 
 use crate::help;
-use crate::metrics;
+use crate::sinks::metrics;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 pub use vigil_core::limits::{parse_duration, parse_stall, Stall};

@@ -259,7 +259,7 @@ pub fn man(mut cmd: Command, dir: Option<&Path>) -> Result<Exit, CliError> {
         render_page(page, &mut buf).map_err(err)?;
         let name = format!("{}.1", page.get_display_name().unwrap_or_else(|| page.get_name()));
         std::fs::write(dir.join(&name), &buf).map_err(err)?;
-        crate::report::out_line(&dir.join(&name).display().to_string());
+        crate::sinks::report::out_line(&dir.join(&name).display().to_string());
     }
     Ok(Exit::Ready)
 }
@@ -338,7 +338,7 @@ fn write_stdout(buf: &[u8]) -> Result<Exit, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Cli;
+    use crate::cli::Cli;
     use clap::{CommandFactory, Parser};
 
     fn built() -> Command {

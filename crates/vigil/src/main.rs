@@ -1,20 +1,15 @@
 //! vigil: brings up and watches LLM inference servers.
 
+// The layers (docs/architecture.md, enforced by tests/layers.rs), top down: commands (the verbs, with
+// cli, settings, help), supervise (the watch and the drivers of several nodes), node (one machine's runs),
+// check (the preflight), sources (facts), the base (error, exit, signals, state); sinks beside them. Every
+// module is named by its folder path: no crate-root aliases.
 mod check;
-// The layers (docs/architecture.md): sources gather facts, the core judges, sinks render, nodes run the
-// servers, supervision drives the watch, commands are the verbs. Each module keeps its crate-root name.
 mod commands;
 mod node;
 mod sinks;
 mod sources;
 mod supervise;
-use crate::exit::Exit;
-use check::fit;
-use commands::{diagnose, kprobe};
-use node::{keeper, remote, run, up};
-use sinks::{events, metrics, notify, report, tables};
-use sources::{engine_metrics, follow, gpu, gpu_health, lines, probe, procs, proof, tls, tree};
-use supervise::{evidence, hosts, policy, slurm, wait};
 mod cli;
 mod error;
 mod exit;
@@ -27,6 +22,7 @@ use signals::install_interrupt_handlers;
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};
 use error::CliError;
+use exit::Exit;
 use settings::{check_server, load_profiles};
 use supervise::nodes::Nodes;
 
@@ -69,7 +65,7 @@ fn main() {
 fn run(cli: Cli) -> Result<Exit, CliError> {
     use std::os::unix::ffi::OsStringExt;
     if let Cmd::Keeper { dir } = cli.cmd {
-        return Ok(keeper::main(dir));
+        return Ok(node::keeper::main(dir));
     }
     // Generated from the definitions alone: no profiles, no remote host.
     if let Cmd::Completions { shell } = cli.cmd {
@@ -89,7 +85,7 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
     if rf.connect_timeout.is_zero() {
         return Err(CliError::usage("--connect-timeout must be above zero"));
     }
-    let ssh = remote::SshOpts {
+    let ssh = node::remote::SshOpts {
         config: rf.ssh_config.clone(),
         connect_timeout: rf.connect_timeout,
         reconnect_for: rf.reconnect_for,
@@ -104,22 +100,28 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
             let a = f.into_args()?;
             return block_on(async move {
-                let Some(job) = slurm::Job::from_env().await? else {
+                let Some(job) = supervise::slurm::Job::from_env().await? else {
                     return Err(CliError::usage("--multi-node without --hosts needs a Slurm job (SLURM_JOB_ID)"));
                 };
-                slurm::up(job, sf.flags(), a, argv, profiles).await
+                supervise::slurm::up(job, sf.flags(), a, argv, profiles).await
             })?;
         }
     }
-    let hosts =
-        hosts::Hosts::parse(rf.host.clone(), rf.hosts.clone(), rf.hosts_file.clone(), rf.multi_node, rf.parallel, ssh)?;
+    let hosts = supervise::hosts::Hosts::parse(
+        rf.host.clone(),
+        rf.hosts.clone(),
+        rf.hosts_file.clone(),
+        rf.multi_node,
+        rf.parallel,
+        ssh,
+    )?;
     if let Some(hs) = hosts {
         return run_remote(cli.cmd, hs, profiles);
     }
     match cli.cmd {
         Cmd::Diagnose { files, json, explain, quiet, server } => {
             check_server(&profiles, &server)?;
-            diagnose::run(diagnose::Args { files, json, explain, quiet, server }, &profiles)
+            commands::diagnose::run(commands::diagnose::Args { files, json, explain, quiet, server }, &profiles)
         }
         Cmd::Wait { name, f } => {
             let w = f.into_args(&profiles)?;
@@ -131,7 +133,7 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             block_on(commands::up(&Nodes::Local, None, f.into_args()?, argv, profiles))?
         }
         Cmd::Restart { name, up: f } => block_on(commands::restart(&name, f.into_args()?, profiles))?,
-        Cmd::Down { pid: Some(pid), grace, json, .. } => up::down_pid(pid, grace, json),
+        Cmd::Down { pid: Some(pid), grace, json, .. } => node::up::down_pid(pid, grace, json),
         Cmd::Down { names, all, pid: None, grace, json } => {
             block_on(commands::down(&Nodes::Local, names, all, grace, json))?
         }
@@ -140,10 +142,10 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         Cmd::Dump { name, pid, json } => block_on(commands::dump(&Nodes::Local, name, pid, json))?,
         Cmd::Ps { json } => block_on(commands::ps(&Nodes::Local, json, &profiles))?,
         Cmd::Gpu { json } => {
-            let reader = match gpu::Reader::open() {
+            let reader = match sources::gpu::Reader::open() {
                 Ok(r) => r,
                 Err(e) => {
-                    crate::report::out_line(&e);
+                    crate::sinks::report::out_line(&e);
                     return Ok(Exit::Ready);
                 }
             };
@@ -157,22 +159,22 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             Ok(Exit::Ready)
         }
         Cmd::Watch { name, proof, json } => {
-            let (dir, rec) = run::load(&name)?;
-            let mut w = wait::Args::new();
+            let (dir, rec) = node::run::load(&name)?;
+            let mut w = supervise::wait::Args::new();
             proof.apply(&mut w);
             w.watch = true;
             w.json = json;
             w.take(node::RunHandle::of_run(&dir, &rec, &profiles, true));
-            Ok(block_on(wait::run(w, profiles))??.code)
+            Ok(block_on(supervise::wait::run(w, profiles))??.code)
         }
         Cmd::Probe { name, url, log, generate, timeout, server, tls } => {
-            let k = kprobe::Args { name, url, log, generate, timeout, server, tls: tls.into() };
-            block_on(kprobe::run(k, &profiles))?
+            let k = commands::kprobe::Args { name, url, log, generate, timeout, server, tls: tls.into() };
+            block_on(commands::kprobe::run(k, &profiles))?
         }
         Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
             if let Some(b) = gpu_mem {
-                fit::set_gpu_mem(b);
+                check::fit::set_gpu_mem(b);
             }
             block_on(commands::check(&Nodes::Local, cmd, server, json, profiles))?
         }
@@ -183,14 +185,14 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         },
         Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
         Cmd::Profiles => {
-            tables::profiles(&profiles);
+            sinks::tables::profiles(&profiles);
             Ok(Exit::Ready)
         }
     }
 }
 
 /// The commands that work on remote hosts (`--host`, `--hosts`, `--hosts-file`).
-fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Result<Exit, CliError> {
+fn run_remote(cmd: Cmd, hs: supervise::hosts::Hosts, profiles: vigil_core::Profiles) -> Result<Exit, CliError> {
     use std::os::unix::ffi::OsStringExt;
     let rt = runtime()?;
     match cmd {
@@ -224,7 +226,7 @@ fn run_remote(cmd: Cmd, hs: hosts::Hosts, profiles: vigil_core::Profiles) -> Res
         Cmd::Check { json, server, gpu_mem, cmd } => {
             check_server(&profiles, &server)?;
             if let Some(b) = gpu_mem {
-                fit::set_gpu_mem(b);
+                check::fit::set_gpu_mem(b);
             }
             rt.block_on(commands::check(&Nodes::Remote(hs), cmd, server, json, profiles))
         }

@@ -5,7 +5,7 @@
 
 use crate::cli::{ProofFlags, TlsFlags, UpFlags, WaitFlags};
 use crate::error::CliError;
-use crate::{metrics, tls, wait};
+use crate::{sinks::metrics, sources::tls, supervise::wait};
 use std::path::PathBuf;
 use vigil_core::Profiles;
 

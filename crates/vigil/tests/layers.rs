@@ -29,7 +29,7 @@ fn layer_of_module(m: &str) -> Option<&'static str> {
         "node" => "node",
         "check" => "check",
         "sources" => "sources",
-        "error" | "exit" | "signals" => "base",
+        "error" | "exit" | "signals" | "state" => "base",
         "sinks" => "sinks",
         _ => return None,
     })
@@ -69,7 +69,8 @@ fn crate_refs(code: &str) -> Vec<String> {
     let mut i = 0;
     while let Some(k) = text[i..].find("crate::") {
         let start = i + k;
-        let preceded = start > 0 && (b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_' || b[start - 1] == b'$');
+        let preceded =
+            start > 0 && (b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_' || b[start - 1] == b'$');
         let mut j = start + "crate::".len();
         i = j;
         if preceded {
@@ -162,9 +163,12 @@ fn imports_follow_the_layers_and_name_folders() {
         let Some((head, tail)) = rest.split_once("::") else { continue };
         let items: Vec<&str> = tail.trim_matches(|c| c == '{' || c == '}').split(',').map(str::trim).collect();
         for it in items {
-            let first = it.split("::").next().unwrap_or("").trim();
-            if src.join(head).join(format!("{first}.rs")).exists() || src.join(head).join(first).is_dir() {
-                bad.insert(format!("main.rs: `{l}` aliases the module {head}::{first} at the crate root"));
+            // the name the `use` brings in: a module of the folder is an alias
+            let path: Vec<&str> = it.split("::").map(str::trim).collect();
+            let dir = path[..path.len() - 1].iter().fold(src.join(head), |d, p| d.join(p));
+            let last = path[path.len() - 1];
+            if dir.join(format!("{last}.rs")).exists() || dir.join(last).is_dir() {
+                bad.insert(format!("main.rs: `{l}` aliases the module {head}::{it} at the crate root"));
             }
         }
     }

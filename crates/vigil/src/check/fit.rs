@@ -7,7 +7,7 @@
 //! scored against real logs in docs/fit.md (`tests/fit-scoring.json`, replayed by the unit tests here).
 
 use crate::check::{Config, Inputs, Launch, Report, Severity};
-use crate::follow::arg_value;
+use crate::sources::follow::arg_value;
 use crate::sources::gguf::GgufInfo;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -428,7 +428,7 @@ pub fn llama_input(g: &GgufInfo, argv: &[String], gpu_total_bytes: u64) -> Optio
 /// Checkpoint bytes: the index's `metadata.total_size`, else the sum of `*.safetensors` sizes.
 pub fn checkpoint_bytes(dir: &Path) -> Option<u64> {
     let idx = dir.join("model.safetensors.index.json");
-    if let Ok(b) = crate::procs::read_small(&idx, 64 << 20) {
+    if let Ok(b) = crate::sources::procs::read_small(&idx, 64 << 20) {
         if let Some(t) = serde_json::from_slice::<Value>(&b).ok().and_then(|v| v["metadata"]["total_size"].as_u64()) {
             return Some(t);
         }
@@ -450,7 +450,7 @@ fn gpu_total(local_machine: bool) -> Option<(u64, String)> {
     if !local_machine {
         return None;
     }
-    let s = crate::gpu::Reader::open().and_then(|r| r.sample()).ok()?;
+    let s = crate::sources::gpu::Reader::open().and_then(|r| r.sample()).ok()?;
     let min = s.gpus.iter().map(|g| g.total_mib).filter(|m| *m > 0).min()?;
     Some((min << 20, s.source))
 }

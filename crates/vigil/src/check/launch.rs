@@ -4,8 +4,8 @@
 
 use super::derive::{self, Parsed, Srv};
 use crate::error::CliError;
-use crate::follow::arg_value;
-use crate::procs;
+use crate::sources::follow::arg_value;
+use crate::sources::procs;
 use serde_json::Value;
 use std::path::Path;
 

@@ -1,10 +1,10 @@
 //! `vigil diagnose FILE...`: offline post-mortem of logs, streamed in constant memory.
 
 use crate::error::CliError;
-use crate::events::WatchEvent;
 use crate::exit::Exit;
-use crate::lines::Splitter;
-use crate::report::Reporter;
+use crate::sinks::events::WatchEvent;
+use crate::sinks::report::Reporter;
+use crate::sources::lines::Splitter;
 use std::io::Read;
 use vigil_core::{Offline, Profiles, Seen};
 

@@ -3,10 +3,10 @@
 
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::probe::{self, Target};
-use crate::report::out_line;
-use crate::run as runs;
-use crate::tls::TlsOpts;
+use crate::node::run as runs;
+use crate::sinks::report::out_line;
+use crate::sources::probe::{self, Target};
+use crate::sources::tls::TlsOpts;
 use std::time::{Duration, Instant};
 use vigil_core::{ProbeOutcome, Profiles, Verdict};
 
@@ -52,7 +52,7 @@ pub async fn run(a: Args, profiles: &Profiles) -> Result<Exit, CliError> {
         }
     };
     if let Some(p) = pid {
-        if !crate::follow::pid_alive(p) {
+        if !crate::sources::follow::pid_alive(p) {
             return Ok(line(false, &format!("crashed: the server (pid {p}) is not running")));
         }
     }
@@ -98,7 +98,16 @@ pub async fn run(a: Args, profiles: &Profiles) -> Result<Exit, CliError> {
     if generate {
         let left = timeout.saturating_sub(t0.elapsed()).max(Duration::from_millis(100));
         let spec = profiles.proof_for(server.as_deref());
-        let g = crate::proof::generate_with(spec, &t, left, None, None, crate::proof::proof_tokens(false), false).await;
+        let g = crate::sources::proof::generate_with(
+            spec,
+            &t,
+            left,
+            None,
+            None,
+            crate::sources::proof::proof_tokens(false),
+            false,
+        )
+        .await;
         if !g.ok {
             return Ok(line(false, &format!("health OK, generation fails: {}", g.note)));
         }
@@ -114,7 +123,7 @@ pub const LOG_TAIL: u64 = 1 << 20;
 /// at a line boundary when it does not start at the file's beginning.
 pub fn read_tail(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = crate::procs::open_regular(path)?;
+    let mut f = crate::sources::procs::open_regular(path)?;
     let len = f.metadata()?.len();
     let start = len.saturating_sub(max);
     f.seek(SeekFrom::Start(start))?;

@@ -8,11 +8,11 @@ pub mod kprobe;
 pub mod timeline;
 
 use crate::error::CliError;
-use crate::events::WatchEvent;
 use crate::exit::Exit;
-use crate::follow::SourceMsg;
 use crate::node::{AnyNode, LocalNode, Node};
-use crate::report::{out_line, Reporter};
+use crate::sinks::events::WatchEvent;
+use crate::sinks::report::{out_line, Reporter};
+use crate::sources::follow::SourceMsg;
 use crate::supervise::nodes::{fold, gather, Nodes};
 use crate::supervise::up::UpArgs;
 use std::sync::Arc;
@@ -23,12 +23,12 @@ use vigil_core::{Profiles, Verdict};
 
 /// `vigil status`: every run with its state and phase.
 pub async fn status(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<Exit, CliError> {
-    table(nodes, json, profiles, |n, p| async move { n.status(&p).await }, crate::tables::status).await
+    table(nodes, json, profiles, |n, p| async move { n.status(&p).await }, crate::sinks::tables::status).await
 }
 
 /// `vigil ps`: inference servers that vigil did not start.
 pub async fn ps(nodes: &Nodes, json: bool, profiles: &Profiles) -> Result<Exit, CliError> {
-    table(nodes, json, profiles, |n, p| async move { n.ps(&p).await }, crate::tables::ps).await
+    table(nodes, json, profiles, |n, p| async move { n.ps(&p).await }, crate::sinks::tables::ps).await
 }
 
 /// Rows from every node (each over its own connection), shown as one table; the exit code is the worst
@@ -60,7 +60,7 @@ pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration,
         return Err(CliError::usage("down: give a run name, --all or --pid PID"));
     }
     for n in &names {
-        crate::run::valid_name(n)?;
+        crate::node::run::valid_name(n)?;
     }
     let tag = nodes.several();
     let r = nodes
@@ -88,7 +88,7 @@ pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration,
 /// `vigil logs NAME [-f] [-n N]`: the last lines of a run's log, redacted; `-f` follows it (over SSH
 /// through reconnects, no line lost or repeated) until Ctrl-C.
 pub async fn logs(nodes: &Nodes, name: String, follow: bool, lines: usize) -> Result<Exit, CliError> {
-    crate::run::valid_name(&name)?;
+    crate::node::run::valid_name(&name)?;
     let n = nodes.one("logs").await?;
     let tail = n.log_tail(&name, lines).await?;
     let redactor = n.redactor(&name);
@@ -146,7 +146,7 @@ pub async fn up(
     }
     if let Nodes::Remote(hs) = nodes {
         if hs.list.len() > 1 || hs.multi_node {
-            return crate::hosts::up(hs.clone(), a, argv, profiles).await;
+            return crate::supervise::hosts::up(hs.clone(), a, argv, profiles).await;
         }
     }
     let node = match local {
@@ -157,8 +157,19 @@ pub async fn up(
     let label = node.host().unwrap_or("local").to_string();
     let a = Arc::new(a);
     let profiles = Arc::new(profiles);
-    let r =
-        crate::hosts::up_one(node.clone(), &label, None, 1, false, a.clone(), argv, profiles.clone(), None, None).await;
+    let r = crate::supervise::hosts::up_one(
+        node.clone(),
+        &label,
+        None,
+        1,
+        false,
+        a.clone(),
+        argv,
+        profiles.clone(),
+        None,
+        None,
+    )
+    .await;
     let (name, interrupted, ready) =
         (r.name.clone(), r.interrupted, r.report.as_ref().is_some_and(|x| x.verdict == Verdict::Ready));
     let server = r.report.as_ref().and_then(|x| x.server.clone());
@@ -204,19 +215,19 @@ pub async fn up(
                     0,
                     &format!(
                         "the server {} after ready, ending on a failure: crashed, cause {cause}{}",
-                        crate::up::exit_how(x.code, x.signal),
+                        crate::node::up::exit_how(x.code, x.signal),
                         d.evidence.last().map(|l| format!(" ({})", rep.redact(l))).unwrap_or_default()
                     ),
                 );
                 return Ok(Exit::Crashed);
             }
             if x.orderly_after_ready(end.requested) {
-                let how = crate::up::stopped_how(x, end.requested);
+                let how = crate::node::up::stopped_how(x, end.requested);
                 let ev = WatchEvent::Stopped { how: &how, exit_code: x.code, signal: x.signal, requested: end.requested };
                 rep.emit(None, &ev);
                 return Ok(Exit::Ready);
             }
-            rep.note(0, &format!("the server {} after ready", crate::up::exit_how(x.code, x.signal)));
+            rep.note(0, &format!("the server {} after ready", crate::node::up::exit_how(x.code, x.signal)));
             return Ok(Exit::Crashed);
         }
     }
@@ -226,21 +237,21 @@ pub async fn up(
 
 /// `vigil restart NAME`: stops the run and launches its recorded command again (detached).
 pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, CliError> {
-    let (dir, rec) = crate::run::load(name)?;
-    let secrets: crate::run::Secrets = crate::run::stored_secrets(name, None);
-    let (argv, mut env) = crate::run::unredact(&rec, &secrets);
+    let (dir, rec) = crate::node::run::load(name)?;
+    let secrets: crate::sinks::redact::Secrets = crate::node::run::stored_secrets(name, None);
+    let (argv, mut env) = crate::node::run::unredact(&rec, &secrets);
     // records written before vigil kept systemd's variables out still hold them: never replay them
-    env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));
+    env.retain(|(k, _)| !crate::sinks::notify::NOTIFY_VARS.contains(&k.as_str()));
     let mut rep = Reporter::new(a.json, a.quiet);
-    if let Some(st) = crate::up::read_state(&dir) {
-        let surv = crate::up::stop_run(&dir, &st, a.grace, &mut rep).await?;
+    if let Some(st) = crate::node::up::read_state(&dir) {
+        let surv = crate::node::up::stop_run(&dir, &st, a.grace, &mut rep).await?;
         if !surv.is_empty() {
             return Ok(Exit::NotStopped);
         }
     }
     let a = UpArgs { detach: true, replace: true, name: Some(name.to_string()), server: rec.server.clone(), ..a };
-    let n = crate::run::restarts(&dir) + 1;
-    crate::run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;
+    let n = crate::node::run::restarts(&dir) + 1;
+    crate::node::run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;
     let node = LocalNode::with_command(env, std::path::PathBuf::from(&rec.cwd));
     let argv = argv.into_iter().map(String::into_bytes).collect();
     up(&Nodes::Local, Some(node), a, argv, profiles).await
@@ -251,7 +262,7 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, 
 pub async fn wait(
     nodes: &Nodes,
     name: Option<String>,
-    mut w: crate::wait::Args,
+    mut w: crate::supervise::wait::Args,
     profiles: Profiles,
 ) -> Result<Exit, CliError> {
     if let Nodes::Remote(hs) = nodes {
@@ -259,16 +270,16 @@ pub async fn wait(
             return Err(CliError::usage("wait --host: give the NAME of a run started with `vigil up --host`"));
         };
         if hs.list.len() > 1 || hs.multi_node {
-            return crate::hosts::wait(hs.clone(), name, w, profiles).await;
+            return crate::supervise::hosts::wait(hs.clone(), name, w, profiles).await;
         }
-        crate::run::valid_name(&name)?;
+        crate::node::run::valid_name(&name)?;
     }
     let node = nodes.one("wait").await?;
     if let Some(n) = &name {
         let h = node.attach(n, w.server.as_deref(), w.url.is_none(), &profiles).await?;
         w.take(h);
     }
-    Ok(crate::wait::run(w, profiles).await?.code)
+    Ok(crate::supervise::wait::run(w, profiles).await?.code)
 }
 
 /// `vigil check -- CMD`: the preflight check of a server command on this machine or one host (model files
@@ -292,7 +303,7 @@ pub async fn check(
             return Ok(Exit::Interrupted);
         }
     };
-    crate::tables::check(&rep, json);
+    crate::sinks::tables::check(&rep, json);
     Ok(if rep.errors() > 0 { Exit::CheckFailed } else { Exit::Ready })
 }
 
@@ -300,12 +311,12 @@ pub async fn check(
 /// one host) and saved with the run; `--pid` captures a local tree vigil did not start.
 pub async fn dump(nodes: &Nodes, name: Option<String>, pid: Option<i32>, json: bool) -> Result<Exit, CliError> {
     let name = match (name, pid, nodes) {
-        (None, Some(p), Nodes::Local) => return crate::evidence::dump_pid(p, json),
+        (None, Some(p), Nodes::Local) => return crate::supervise::evidence::dump_pid(p, json),
         (_, Some(_), Nodes::Remote(_)) => return Err(CliError::usage("dump --host: give a run NAME (--pid is local)")),
         (Some(n), _, _) => n,
         (None, None, _) => return Err(CliError::usage("dump: give a run NAME or --pid PID")),
     };
-    crate::run::valid_name(&name)?;
+    crate::node::run::valid_name(&name)?;
     let node = nodes.one("dump").await?;
     let (ev, secrets) = node.evidence(&name).await?;
     let mut rep = Reporter::new(json, false);

@@ -4,7 +4,7 @@
 //! each tool run has a deadline, every file kept is cut at a size, at most `MAX_PROCS` processes. The raw
 //! output goes to a folder of the run; `vigil_core::evidence` parses and summarises it.
 
-use crate::run::Redactor;
+use crate::sinks::redact::Redactor;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ fn is_python(exe: Option<&Path>) -> bool {
 /// Runs a tool with a deadline; its stdout (cut at `MAX_FILE`), or why not.
 fn run_tool(cmd: std::process::Command) -> Result<String, String> {
     let what = cmd.get_program().to_string_lossy().rsplit('/').next().unwrap_or("").to_string();
-    match crate::procs::output_within(cmd, TOOL_DEADLINE) {
+    match crate::sources::procs::output_within(cmd, TOOL_DEADLINE) {
         Ok(o) if o.status.success() => {
             let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
             s.truncate(MAX_FILE as usize);
@@ -80,8 +80,8 @@ fn save(dir: &Path, name: &str, text: &str, red: &Redactor, files: &mut Vec<Stri
 
 /// Captures one process. `py_spy` is the tool found for the tree (if any).
 fn capture(pid: i32, dir: &Path, py_spy: Option<&Path>, eu: Option<&Path>, red: &Redactor) -> ProcEvidence {
-    let stat = crate::procs::read_proc(pid);
-    let title = crate::tree::title(pid, stat.as_ref().map_or("", |p| p.comm.as_str()));
+    let stat = crate::sources::procs::read_proc(pid);
+    let title = crate::sources::tree::title(pid, stat.as_ref().map_or("", |p| p.comm.as_str()));
     let wchan = read_bounded(Path::new(&format!("/proc/{pid}/wchan")), 256).map(|s| s.trim().to_string());
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     let mut files = Vec::new();
@@ -178,7 +178,7 @@ fn copy_dumps(prefix: &str, dir: &Path, out: &mut Vec<String>) {
         if !name.starts_with(stem) || out.len() >= MAX_DUMPS {
             continue;
         }
-        let Ok(b) = crate::procs::read_small(&e.path(), MAX_DUMP) else { continue };
+        let Ok(b) = crate::sources::procs::read_small(&e.path(), MAX_DUMP) else { continue };
         let keep = format!("nccl-{name}");
         if std::fs::write(dir.join(&keep), b).is_ok() {
             out.push(keep);
@@ -194,11 +194,11 @@ pub fn gather(root: i32, dir: &Path, secrets: &[String]) -> Evidence {
         red.add(s);
     }
     let mut notes = Vec::new();
-    if crate::run::mkdir_private(dir).is_err() {
+    if crate::state::mkdir_private(dir).is_err() {
         notes.push(format!("cannot create {}: nothing saved", dir.display()));
     }
     let mut pids = vec![root];
-    pids.extend(crate::procs::descendants(root));
+    pids.extend(crate::sources::procs::descendants(root));
     if pids.len() > MAX_PROCS {
         notes.push(format!("{} processes: the first {MAX_PROCS} captured", pids.len()));
         pids.truncate(MAX_PROCS);
@@ -236,17 +236,17 @@ pub fn gather(root: i32, dir: &Path, secrets: &[String]) -> Evidence {
     }
     let ev =
         Evidence { dir: dir.display().to_string(), procs, nccl_dumps, notes, took_ms: t0.elapsed().as_millis() as u64 };
-    let _ = crate::run::write_json(&dir.join("evidence.json"), &ev);
+    let _ = crate::node::run::write_json(&dir.join("evidence.json"), &ev);
     ev
 }
 
 /// The folder for evidence taken now: inside the run's folder when there is one, else under the state
 /// folder (`evidence/pid-N-<ms>`).
 pub fn dir_for(run_dir: Option<&Path>, root: i32) -> PathBuf {
-    let stamp = crate::run::now_ms();
+    let stamp = crate::state::now_ms();
     match run_dir {
         Some(d) => d.join(format!("evidence-{stamp}")),
-        None => crate::run::state_root()
+        None => crate::state::state_root()
             .unwrap_or_else(|_| std::env::temp_dir().join("vigil"))
             .join("evidence")
             .join(format!("pid-{root}-{stamp}")),

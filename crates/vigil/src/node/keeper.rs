@@ -18,10 +18,11 @@
 //! ends) is always written. A state written before its end leaves out any tail that could be the start of
 //! a secret, so no part of a secret reaches the log before the whole of it can be redacted.
 
-use crate::events::RunEvent;
 use crate::exit::Exit;
-use crate::procs;
-use crate::run::{self, RunRecord, Secrets, State, StopRequest};
+use crate::node::run::{self, RunRecord, State, StopRequest};
+use crate::sinks::events::RunEvent;
+use crate::sinks::redact::Secrets;
+use crate::sources::procs;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
@@ -75,7 +76,7 @@ impl LogWriter {
         let mut data = std::borrow::Cow::Borrowed(piece);
         for s in &self.secrets {
             if data.windows(s.len()).any(|w| w == s.as_slice()) {
-                data = std::borrow::Cow::Owned(crate::lines::replace_bytes(&data, s, b"***"));
+                data = std::borrow::Cow::Owned(crate::sources::lines::replace_bytes(&data, s, b"***"));
             }
         }
         self.raw(&data);
@@ -385,7 +386,7 @@ pub fn main(dir: PathBuf) -> Exit {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
     let set = block_signals();
-    let mut st = State { keeper_pid: me, started_unix_ms: run::now_ms(), ..State::default() };
+    let mut st = State { keeper_pid: me, started_unix_ms: crate::state::now_ms(), ..State::default() };
 
     let log_path = PathBuf::from(&rec.log);
     let file = match open_log(&log_path) {
@@ -403,7 +404,7 @@ pub fn main(dir: PathBuf) -> Exit {
         size,
         max: rec.log_max_bytes,
         keep: rec.log_keep.max(1),
-        secrets: run::secret_values(&secrets).into_iter().map(String::into_bytes).collect(),
+        secrets: crate::sinks::redact::secret_values(&secrets).into_iter().map(String::into_bytes).collect(),
         open: None,
         broken: [false; 2],
     }));
@@ -465,13 +466,14 @@ pub fn main(dir: PathBuf) -> Exit {
         };
         run::append_event(
             &sdir,
-            RunEvent::StopRequested { t_unix_ms: run::now_ms(), grace_ms: grace.as_millis() as u64 }.to_value(),
+            RunEvent::StopRequested { t_unix_ms: crate::state::now_ms(), grace_ms: grace.as_millis() as u64 }
+                .to_value(),
         );
         let d2 = sdir.clone();
         let rep = procs::stop_tree(me, false, grace, &mut |signal, pids| {
-            run::append_event(&d2, RunEvent::Signal { signal, pids, t_unix_ms: run::now_ms() }.to_value());
+            run::append_event(&d2, RunEvent::Signal { signal, pids, t_unix_ms: crate::state::now_ms() }.to_value());
         });
-        run::append_event(&sdir, RunEvent::Stopped { t_unix_ms: run::now_ms(), report: &rep }.to_value());
+        run::append_event(&sdir, RunEvent::Stopped { t_unix_ms: crate::state::now_ms(), report: &rep }.to_value());
         stopping2.store(false, std::sync::atomic::Ordering::SeqCst);
     });
 
@@ -489,7 +491,7 @@ pub fn main(dir: PathBuf) -> Exit {
         }
         if pid == server {
             st.running = false;
-            st.ended_unix_ms = Some(run::now_ms());
+            st.ended_unix_ms = Some(crate::state::now_ms());
             if libc::WIFEXITED(status) {
                 st.exit_code = Some(libc::WEXITSTATUS(status));
             } else if libc::WIFSIGNALED(status) {

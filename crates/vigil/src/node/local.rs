@@ -2,14 +2,15 @@
 //! /proc, and a stop goes through the run's keeper.
 
 use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow, ServerEnd};
-use crate::check::Report as CheckReport;
 use crate::error::CliError;
-use crate::follow::{cmdline, SourceMsg};
+use crate::node::run;
+use crate::node::up::{read_state, run_pids, run_state, stop_run};
 use crate::node::RunHandle;
-use crate::report::Reporter;
-use crate::run::{self, Redactor};
-use crate::up::{read_state, run_pids, run_state, stop_run};
-use crate::{gpu, procs};
+use crate::sinks::records::CheckReport;
+use crate::sinks::redact::Redactor;
+use crate::sinks::report::Reporter;
+use crate::sources::follow::{cmdline, SourceMsg};
+use crate::{sources::gpu, sources::procs};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -90,7 +91,7 @@ impl Node for LocalNode {
                 server: rec.server.clone(),
                 state,
                 phase: report.phase.to_string(),
-                in_state: (since > 0).then(|| fmt_ms(run::now_ms().saturating_sub(since))),
+                in_state: (since > 0).then(|| fmt_ms(crate::state::now_ms().saturating_sub(since))),
                 port: rec.port,
                 pid: st.server_pid.map(i64::from),
                 keeper_pid: st.keeper_pid.into(),
@@ -115,8 +116,10 @@ impl Node for LocalNode {
         let (data, offset) = read_tail(Path::new(&rec.log), LOG_TAIL_MAX);
         let text = String::from_utf8_lossy(&data);
         let lines: Vec<&str> = text.lines().collect();
-        let lines =
-            lines[lines.len().saturating_sub(n)..].iter().map(|l| crate::lines::final_state(l).to_string()).collect();
+        let lines = lines[lines.len().saturating_sub(n)..]
+            .iter()
+            .map(|l| crate::sources::lines::final_state(l).to_string())
+            .collect();
         Ok(LogTail { lines, offset })
     }
 
@@ -129,7 +132,7 @@ impl Node for LocalNode {
         let mut ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
         let mut pos = from;
         let _ = f.seek(SeekFrom::Start(pos));
-        let mut split = crate::lines::Splitter::new();
+        let mut split = crate::sources::lines::Splitter::new();
         let mut buf = vec![0u8; 64 * 1024];
         let mut redraw_quiet = false;
         while !tx.is_closed() {
@@ -146,7 +149,7 @@ impl Node for LocalNode {
                 // a bar's state without its end: shown once the log was quiet for REDRAW_QUIET
                 if !redraw_quiet {
                     redraw_quiet = true;
-                    tokio::time::sleep(crate::follow::REDRAW_QUIET).await;
+                    tokio::time::sleep(crate::sources::follow::REDRAW_QUIET).await;
                     continue;
                 }
                 if let Some(l) = split.take_redraw() {
@@ -210,7 +213,7 @@ impl Node for LocalNode {
                 age_s: procs::read_proc(pid).as_ref().and_then(procs::age_secs),
                 ports,
                 gpu_mib,
-                cmd: run::redact_cmdline(&cmd),
+                cmd: crate::sinks::redact::redact_cmdline(&cmd),
             });
         }
         Ok(rows)
@@ -237,11 +240,11 @@ impl Node for LocalNode {
         let (env, cwd) = match &self.command {
             Some((env, cwd)) => (env.clone(), cwd.clone()),
             None => (
-                crate::up::local_env(l.a)?,
+                crate::node::up::local_env(l.a)?,
                 std::env::current_dir().map_err(|e| CliError::usage(format!("current directory: {e}")))?,
             ),
         };
-        crate::up::launch(l.name, argv, env, cwd, l.kind.clone(), l.a, l.profiles, rep).await
+        crate::node::up::launch(l.name, argv, env, cwd, l.kind.clone(), l.a, l.profiles, rep).await
     }
 
     async fn attach(
@@ -279,7 +282,7 @@ impl Node for LocalNode {
                 cwd: &cwd,
                 local_machine: true,
                 version: None,
-                state_root: crate::run::state_root().ok(),
+                state_root: crate::state::state_root().ok(),
             };
             crate::check::check(&i, &profiles)
         })
@@ -293,7 +296,7 @@ impl Node for LocalNode {
             .and_then(|s| s.server_pid)
             .filter(|p| procs::alive(*p))
             .ok_or_else(|| CliError::usage(format!("dump: run {name} has no live server process")))?;
-        let secrets = run::secret_values(&run::stored_secrets(name, None));
+        let secrets = crate::sinks::redact::secret_values(&run::stored_secrets(name, None));
         let dir = crate::node::evidence::dir_for(Some(&dir), pid);
         let s = secrets.clone();
         // py-spy and eu-stack are child processes with their own bounds: on a blocking thread

@@ -13,11 +13,11 @@ pub mod run;
 pub mod ssh;
 pub mod up;
 
-use crate::check::Report as CheckReport;
 use crate::error::CliError;
-use crate::follow::SourceMsg;
-use crate::report::Reporter;
-use crate::run::Redactor;
+use crate::sinks::records::CheckReport;
+use crate::sinks::redact::Redactor;
+use crate::sinks::report::Reporter;
+use crate::sources::follow::SourceMsg;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
@@ -25,7 +25,7 @@ use vigil_core::evidence::Evidence;
 use vigil_core::judge::ExitInfo;
 use vigil_core::{Profiles, Report};
 
-pub use crate::sinks::records::{ProcRow, RunRow};
+use crate::sinks::records::{ProcRow, RunRow};
 pub use local::LocalNode;
 pub use ssh::SshNode;
 
@@ -116,7 +116,7 @@ impl RunHandle {
                 url = Some(format!("http://127.0.0.1:{p}{}", pr.health_path));
             }
         }
-        let secrets: run::Secrets = run::stored_secrets(&rec.name, None);
+        let secrets: crate::sinks::redact::Secrets = run::stored_secrets(&rec.name, None);
         RunHandle {
             name: Some(rec.name.clone()),
             log: Some(rec.log.clone()),
@@ -125,7 +125,7 @@ impl RunHandle {
             url,
             exit_state: Some(dir.join("state.json")),
             verdict_file: Some(dir.join("verdict.json")),
-            secrets: run::secret_values(&secrets),
+            secrets: crate::sinks::redact::secret_values(&secrets),
             argv: run::unredact(rec, &secrets).0,
             restarts: run::restarts(dir),
             remote: None,

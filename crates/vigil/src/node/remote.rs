@@ -11,9 +11,9 @@
 //! unquoted.
 
 use crate::error::CliError;
-use crate::follow::SourceMsg;
-use crate::lines::Splitter;
 use crate::node::ServerEnd;
+use crate::sources::follow::SourceMsg;
+use crate::sources::lines::Splitter;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -661,7 +661,7 @@ pub async fn follow_log(w: RemoteWatch, tx: UnboundedSender<SourceMsg>) {
         let off = w.bytes.load(Ordering::SeqCst);
         if let Ok(mut child) = w.conn.spawn(&tail_script(&w.conn, &w.name, off)).await {
             let mut out = child.stdout.take().unwrap();
-            while let Some(n) = crate::follow::read_live(&mut out, &mut buf, &mut split, &tx).await {
+            while let Some(n) = crate::sources::follow::read_live(&mut out, &mut buf, &mut split, &tx).await {
                 split.push(&buf[..n], &mut |l| {
                     let _ = tx.send(SourceMsg::Line(l));
                 });
@@ -752,7 +752,7 @@ done
 }
 
 /// Parses one `@members … @end` block of [`gpu_script`] into what the run's processes hold.
-pub fn parse_gpu_block(block: &str) -> Option<crate::gpu::Held> {
+pub fn parse_gpu_block(block: &str) -> Option<crate::sources::gpu::Held> {
     let (mut members, mut seen) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
     let (mut gpus, mut apps) = (String::new(), String::new());
     let mut section = "";
@@ -771,13 +771,13 @@ pub fn parse_gpu_block(block: &str) -> Option<crate::gpu::Held> {
             apps.push('\n');
         }
     }
-    let snap = crate::gpu::parse_smi(&gpus, &apps).ok()?;
-    Some(crate::gpu::held_by(&snap, &members, &|p| seen.contains(&p)))
+    let snap = crate::sources::gpu::parse_smi(&gpus, &apps).ok()?;
+    Some(crate::sources::gpu::held_by(&snap, &members, &|p| seen.contains(&p)))
 }
 
 /// Streams GPU readings of a remote run as `Held` samples; quiet when the node has no nvidia-smi.
 /// Survives reconnects (the log follower reports them).
-pub async fn gpu_stream(w: RemoteWatch, every: Duration, tx: UnboundedSender<crate::gpu::Held>) {
+pub async fn gpu_stream(w: RemoteWatch, every: Duration, tx: UnboundedSender<crate::sources::gpu::Held>) {
     use tokio::io::AsyncBufReadExt;
     loop {
         let generation = w.conn.generation();

@@ -4,8 +4,8 @@
 //! tool run bounded by `timeout 10` and `head -c 1 MiB`. vigil parses it here with the same core parsers,
 //! saves the raw output locally and summarises it like a local capture.
 
-use crate::remote::Conn;
-use crate::run::Redactor;
+use crate::node::remote::Conn;
+use crate::sinks::redact::Redactor;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use vigil_core::evidence::{self, Evidence, ProcEvidence};
@@ -156,12 +156,12 @@ fn parse(out: &str) -> (Vec<Raw>, Vec<Dump>) {
 fn local_dir(host: &str, name: &str) -> PathBuf {
     let h: String =
         host.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.@".contains(c) { c } else { '_' }).collect();
-    crate::run::state_root()
+    crate::state::state_root()
         .unwrap_or_else(|_| std::env::temp_dir().join("vigil"))
         .join("evidence")
         .join("remote")
         .join(h)
-        .join(format!("{name}-{}", crate::run::now_ms()))
+        .join(format!("{name}-{}", crate::state::now_ms()))
 }
 
 fn tool_text(t: &str, red: &Redactor, dir: &Path, file: &str, files: &mut Vec<String>, notes: &mut Vec<String>) {
@@ -193,7 +193,7 @@ pub async fn capture(c: &Conn, name: &str, secrets: &[String]) -> Result<Evidenc
     }
     let dir = local_dir(&c.dest, name);
     let mut notes = vec![format!("captured on {}", c.dest)];
-    if crate::run::mkdir_private(&dir).is_err() {
+    if crate::state::mkdir_private(&dir).is_err() {
         notes.push(format!("cannot create {}: nothing saved", dir.display()));
     }
     let mut procs = Vec::new();
@@ -227,7 +227,7 @@ pub async fn capture(c: &Conn, name: &str, secrets: &[String]) -> Result<Evidenc
     }
     let ev =
         Evidence { dir: dir.display().to_string(), procs, nccl_dumps, notes, took_ms: t0.elapsed().as_millis() as u64 };
-    let _ = crate::run::write_json(&dir.join("evidence.json"), &ev);
+    let _ = crate::node::run::write_json(&dir.join("evidence.json"), &ev);
     Ok(ev)
 }
 

@@ -13,8 +13,8 @@
 //! re-exported here).
 
 use crate::error::CliError;
-pub use crate::sinks::redact::{redact, redact_cmdline, secret_values, Redactor, Secrets};
-pub use crate::state::{mkdir_private, now_ms, state_root};
+use crate::sinks::redact::{Redactor, Secrets};
+use crate::state::state_root;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -196,6 +196,7 @@ pub fn restarts(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sinks::redact::{redact, secret_values};
 
     #[test]
     fn redacts_flags_and_vars() {

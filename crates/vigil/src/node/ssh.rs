@@ -3,15 +3,15 @@
 //! one does (records, stop with grace, proof that nothing is left).
 
 use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow, ServerEnd};
-use crate::check::Report as CheckReport;
 use crate::error::CliError;
-use crate::events::WatchEvent;
 use crate::exit::Exit;
-use crate::follow::SourceMsg;
+use crate::node::remote::{self, Conn, RemoteWatch, SshOpts};
 use crate::node::RunHandle;
-use crate::remote::{self, Conn, RemoteWatch, SshOpts};
-use crate::report::Reporter;
-use crate::run::Redactor;
+use crate::sinks::events::WatchEvent;
+use crate::sinks::records::CheckReport;
+use crate::sinks::redact::Redactor;
+use crate::sinks::report::Reporter;
+use crate::sources::follow::SourceMsg;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -43,7 +43,7 @@ impl Node for SshNode {
     async fn status(&self, profiles: &Profiles) -> Result<Vec<RunRow>, CliError> {
         let c = &self.conn;
         let (_, out, _) = c.exec(&remote::status_script(c), Duration::from_secs(60)).await?;
-        let now = crate::run::now_ms() / 1000;
+        let now = crate::state::now_ms() / 1000;
         let mut rows = Vec::new();
         for l in String::from_utf8_lossy(&out).lines() {
             let f: Vec<&str> = l.split('\t').collect();
@@ -54,7 +54,7 @@ impl Node for SshNode {
             let (_, log, _) = c.exec(&remote::log_script(c, name), Duration::from_secs(60)).await?;
             let report = vigil_core::diagnose_text(profiles, None, &String::from_utf8_lossy(&log));
             let x = remote::exit_info(x.parse().ok());
-            let state = crate::up::run_state(alive, None, report.verdict, x.code, x.signal);
+            let state = crate::node::up::run_state(alive, None, report.verdict, x.code, x.signal);
             rows.push(RunRow {
                 host: Some(c.dest.clone()),
                 name: name.to_string(),
@@ -91,7 +91,7 @@ impl Node for SshNode {
         }
         let text = String::from_utf8_lossy(&out).into_owned();
         let (size, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
-        let lines = rest.lines().map(|l| crate::lines::final_state(l).to_string()).collect();
+        let lines = rest.lines().map(|l| crate::sources::lines::final_state(l).to_string()).collect();
         Ok(LogTail { lines, offset: size.trim().parse().unwrap_or(0) })
     }
 
@@ -110,7 +110,7 @@ impl Node for SshNode {
     }
 
     fn redactor(&self, name: &str) -> Redactor {
-        crate::run::redactor_for(name, Some(&self.conn.dest))
+        crate::node::run::redactor_for(name, Some(&self.conn.dest))
     }
 
     async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError> {
@@ -120,29 +120,29 @@ impl Node for SshNode {
         let argv_s: Vec<String> = argv.iter().map(|x| String::from_utf8_lossy(x).into_owned()).collect();
         // the node's own environment, plus --env-file/--env (the local environment is not copied)
         let mut env: Vec<(String, String)> = Vec::new();
-        crate::up::apply_env_flags(&mut env, a)?;
+        crate::node::up::apply_env_flags(&mut env, a)?;
         if let Some(r) = rank {
             env.push(("VIGIL_NODE_RANK".into(), r.to_string()));
             env.push(("VIGIL_NNODES".into(), n.to_string()));
         }
-        let (argv_red, _, secrets) = crate::run::redact(&argv_s, &env);
-        let secret_vals = crate::run::secret_values(&secrets);
+        let (argv_red, _, secrets) = crate::sinks::redact::redact(&argv_s, &env);
+        let secret_vals = crate::sinks::redact::secret_values(&secrets);
         // kept on this machine (0600), so that later `logs --host` / `wait --host` hide them too
-        let sp = crate::run::remote_secrets_path(&conn.dest, name)?;
+        let sp = crate::node::run::remote_secrets_path(&conn.dest, name)?;
         if secret_vals.is_empty() {
             let _ = std::fs::remove_file(&sp);
         } else {
             if let Some(d) = sp.parent() {
-                crate::run::mkdir_private(d)?;
+                crate::state::mkdir_private(d)?;
             }
-            crate::run::write_json(&sp, &secrets)?;
+            crate::node::run::write_json(&sp, &secrets)?;
         }
         for s in &secret_vals {
             rep.add_secret(s);
         }
         let shown = String::from_utf8_lossy(&remote::words(argv_red.iter().map(|x| x.as_bytes()))).into_owned();
         let profile = kind.as_ref().and_then(|k| profiles.get(k)).cloned();
-        let port = crate::follow::arg_value(&argv_s, "--port")
+        let port = crate::sources::follow::arg_value(&argv_s, "--port")
             .and_then(|p| p.parse::<u16>().ok())
             .or(profile.as_ref().map(|p| p.port))
             .filter(|_| !a.no_probe);
@@ -217,7 +217,8 @@ impl Node for SshNode {
         let conn = &self.conn;
         let mut w = RunHandle { server: server.map(String::from), ..RunHandle::default() };
         // the run's secrets stored at launch: hidden as in every other output
-        w.secrets.extend(crate::run::secret_values(&crate::run::stored_secrets(name, Some(&conn.dest))));
+        w.secrets
+            .extend(crate::sinks::redact::secret_values(&crate::node::run::stored_secrets(name, Some(&conn.dest))));
         let mut s = conn.prelude(name);
         s.extend_from_slice(b"[ -f \"$D/pid\" ] || { echo none; exit 0; }\ncat \"$D/meta\" 2>/dev/null\n");
         let (_, out, _) = conn.exec(&s, Duration::from_secs(30)).await?;
@@ -260,7 +261,8 @@ impl Node for SshNode {
     fn record_startup(&self, _run: &str, _r: &Report) {}
 
     async fn evidence(&self, name: &str) -> Result<(Evidence, Vec<String>), CliError> {
-        let secrets = crate::run::secret_values(&crate::run::stored_secrets(name, Some(&self.conn.dest)));
+        let secrets =
+            crate::sinks::redact::secret_values(&crate::node::run::stored_secrets(name, Some(&self.conn.dest)));
         let ev = crate::node::remote_evidence::capture(&self.conn, name, &secrets).await.map_err(CliError::usage)?;
         Ok((ev, secrets))
     }
@@ -323,7 +325,10 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
                 if let Some(p) = rest.split_whitespace().next().and_then(|p| p.parse().ok()) {
                     res.survivors.push(p);
                 }
-                rep.note(t, &format!("still alive on {}: pid {}", conn.dest, crate::run::redact_cmdline(rest)));
+                rep.note(
+                    t,
+                    &format!("still alive on {}: pid {}", conn.dest, crate::sinks::redact::redact_cmdline(rest)),
+                );
             }
             "gpu-free" => {
                 res.gpu_released = Some(true);
@@ -355,11 +360,12 @@ pub async fn check_report(
     kind: Option<String>,
     env: &[(String, String)],
     profiles: &Profiles,
-) -> Result<crate::check::Report, CliError> {
-    use crate::check::{self, Severity};
+) -> Result<crate::sinks::records::CheckReport, CliError> {
+    use crate::check;
+    use crate::sinks::records::Severity;
     let l = check::parse_launch(argv, kind.as_deref())?;
-    let mirror = std::env::temp_dir().join(format!("vigil-check-{}-{}", std::process::id(), crate::run::now_ms()));
-    crate::run::mkdir_private(&mirror)?;
+    let mirror = std::env::temp_dir().join(format!("vigil-check-{}-{}", std::process::id(), crate::state::now_ms()));
+    crate::state::mkdir_private(&mirror)?;
     let mut argv2 = argv.to_vec();
     let mut back: Vec<(String, String)> = Vec::new(); // mirror dir -> HOST:remote dir
     let mut missing: Vec<String> = Vec::new();
@@ -407,7 +413,7 @@ pub async fn check_report(
         let nl = out.iter().position(|b| *b == b'\n').unwrap_or(out.len());
         let remote_dir = String::from_utf8_lossy(&out[..nl]).into_owned();
         let dir = mirror.join(format!("m{i}"));
-        crate::run::mkdir_private(&dir)?;
+        crate::state::mkdir_private(&dir)?;
         std::fs::write(dir.join("config.json"), out.get(nl + 1..).unwrap_or_default())
             .map_err(|e| CliError::Internal(e.to_string()))?;
         for a in argv2.iter_mut() {
@@ -418,7 +424,15 @@ pub async fn check_report(
         back.push((dir.display().to_string(), format!("{}:{remote_dir}", c.dest)));
     }
     let mut rep = check::check(
-        &check::Inputs { argv: &argv2, server: kind.clone(), env, cwd: &mirror, local_machine: false, version: None, state_root: None },
+        &check::Inputs {
+            argv: &argv2,
+            server: kind.clone(),
+            env,
+            cwd: &mirror,
+            local_machine: false,
+            version: None,
+            state_root: None,
+        },
         profiles,
     )?;
     let _ = std::fs::remove_dir_all(&mirror);
@@ -524,7 +538,7 @@ fn parse_ps(text: &str, profiles: &Profiles) -> Vec<ProcRow> {
             age_s: *age,
             ports,
             gpu_mib: None,
-            cmd: crate::run::redact_cmdline(cmd),
+            cmd: crate::sinks::redact::redact_cmdline(cmd),
         });
     }
     rows

@@ -1,12 +1,12 @@
 //! `vigil up`, `down`, `status`, `logs`, `restart`, `ps`: the whole life of a server.
 
 use crate::error::CliError;
-use crate::events::{RunEvent, WatchEvent};
 use crate::exit::Exit;
-use crate::follow::{arg_value, cmdline};
-use crate::procs;
-use crate::report::Reporter;
-use crate::run::{self, RunRecord, State, StopRequest};
+use crate::node::run::{self, RunRecord, State, StopRequest};
+use crate::sinks::events::{RunEvent, WatchEvent};
+use crate::sinks::report::Reporter;
+use crate::sources::follow::{arg_value, cmdline};
+use crate::sources::procs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -123,7 +123,7 @@ pub fn local_env(a: &crate::node::LaunchSettings) -> Result<Vec<(String, String)
     let mut env: Vec<(String, String)> = std::env::vars_os()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();
-    env.retain(|(k, _)| !crate::notify::NOTIFY_VARS.contains(&k.as_str()));
+    env.retain(|(k, _)| !crate::sinks::notify::NOTIFY_VARS.contains(&k.as_str()));
     apply_env_flags(&mut env, a)?;
     Ok(env)
 }
@@ -181,7 +181,7 @@ pub async fn launch(
                 cwd: &cwd,
                 local_machine: true,
                 version: None,
-                state_root: crate::run::state_root().ok(),
+                state_root: crate::state::state_root().ok(),
             },
             profiles,
         )?;
@@ -189,7 +189,7 @@ pub async fn launch(
             return Ok(Err((Exit::CheckFailed, why)));
         }
     }
-    run::mkdir_private(&dir)?;
+    crate::state::mkdir_private(&dir)?;
     for f in ["state.json", "events.jsonl", "stop.json", "startup.json", "verdict.json"] {
         let _ = std::fs::remove_file(dir.join(f));
     }
@@ -200,8 +200,8 @@ pub async fn launch(
             let _ = std::fs::remove_file(e.path());
         }
     }
-    let (argv_red, env_red, secrets) = run::redact(&argv, &env);
-    for v in run::secret_values(&secrets) {
+    let (argv_red, env_red, secrets) = crate::sinks::redact::redact(&argv, &env);
+    for v in crate::sinks::redact::secret_values(&secrets) {
         rep.add_secret(&v);
     }
     let rec = RunRecord {
@@ -214,13 +214,13 @@ pub async fn launch(
         log: log.display().to_string(),
         log_max_bytes: a.log_max_bytes,
         log_keep: a.log_keep.max(1),
-        created_unix_ms: run::now_ms(),
+        created_unix_ms: crate::state::now_ms(),
     };
     let sp = run::secrets_path(name)?;
     if secrets.argv.is_empty() && secrets.env.is_empty() {
         let _ = std::fs::remove_file(&sp);
     } else {
-        run::mkdir_private(sp.parent().unwrap())?;
+        crate::state::mkdir_private(sp.parent().unwrap())?;
         run::write_json(&sp, &secrets)?;
     }
     run::write_json(&dir.join("run.json"), &rec)?;
@@ -265,7 +265,7 @@ fn spawn_keeper(dir: &Path) -> Result<(), CliError> {
     let exe = std::env::current_exe().map_err(|e| CliError::Internal(format!("own path: {e}")))?;
     let mut c = std::process::Command::new(exe);
     c.arg("__keeper").arg(dir);
-    for k in crate::notify::NOTIFY_VARS {
+    for k in crate::sinks::notify::NOTIFY_VARS {
         c.env_remove(k);
     }
     c.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
@@ -305,7 +305,7 @@ pub async fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporte
         return Ok(vec![]);
     }
     let t0 = Instant::now();
-    let gpu_before = st.server_pid.and_then(|s| crate::gpu::before_stop(s, &before));
+    let gpu_before = st.server_pid.and_then(|s| crate::sources::gpu::before_stop(s, &before));
     run::write_json(&dir.join("stop.json"), &StopRequest { grace_ms: grace.as_millis() as u64 })?;
     let keeper_alive = st.keeper_pid > 0 && procs::alive(st.keeper_pid);
     if keeper_alive {
@@ -313,10 +313,10 @@ pub async fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporte
     } else if let Some(s) = st.server_pid {
         let d = dir.to_path_buf();
         let r = procs::stop_tree_async(s, true, grace, move |sig, pids| {
-            run::append_event(&d, RunEvent::Signal { signal: sig, pids, t_unix_ms: run::now_ms() }.to_value());
+            run::append_event(&d, RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value());
         })
         .await;
-        run::append_event(dir, RunEvent::Stopped { t_unix_ms: run::now_ms(), report: &r }.to_value());
+        run::append_event(dir, RunEvent::Stopped { t_unix_ms: crate::state::now_ms(), report: &r }.to_value());
     }
     // Wait until every process is gone: grace + time for SIGKILL to land. A second Ctrl-C kills at once.
     let deadline = t0 + grace + Duration::from_secs(10);
@@ -361,16 +361,16 @@ pub async fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporte
 }
 
 /// After a stop: prove the tree's GPU memory is released, or name who still holds it.
-fn gpu_release(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Vec<i32> {
+fn gpu_release(b: Option<crate::sources::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Vec<i32> {
     let Some(b) = gpu_to_prove(b, rep, t0) else { return vec![] };
-    let left = crate::gpu::wait_released(&b, GPU_RELEASE_WAIT);
+    let left = crate::sources::gpu::wait_released(&b, GPU_RELEASE_WAIT);
     gpu_released(&b, &left, rep, t0)
 }
 
 /// `gpu_release` for async code (the wait runs on a blocking thread).
-async fn gpu_release_async(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Vec<i32> {
+async fn gpu_release_async(b: Option<crate::sources::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Vec<i32> {
     let Some(b) = gpu_to_prove(b, rep, t0) else { return vec![] };
-    let (b, left) = crate::gpu::released(b, GPU_RELEASE_WAIT).await;
+    let (b, left) = crate::sources::gpu::released(b, GPU_RELEASE_WAIT).await;
     gpu_released(&b, &left, rep, t0)
 }
 
@@ -379,10 +379,14 @@ const GPU_RELEASE_WAIT: Duration = Duration::from_secs(30);
 
 /// The GPU memory to prove released after a stop: none (and why, noted) when there is no reader or the
 /// tree held none.
-fn gpu_to_prove(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) -> Option<crate::gpu::Before> {
+fn gpu_to_prove(
+    b: Option<crate::sources::gpu::Before>,
+    rep: &mut Reporter,
+    t0: Instant,
+) -> Option<crate::sources::gpu::Before> {
     let t = || t0.elapsed().as_millis() as u64;
     let Some(b) = b else {
-        if crate::gpu::Reader::open().is_err() {
+        if crate::sources::gpu::Reader::open().is_err() {
             rep.note(t(), "GPU release not checked: no NVML and no nvidia-smi");
         }
         return None;
@@ -395,14 +399,19 @@ fn gpu_to_prove(b: Option<crate::gpu::Before>, rep: &mut Reporter, t0: Instant) 
 }
 
 /// Says whether the GPU memory was released, or who holds it (`left`); returns their pids.
-fn gpu_released(b: &crate::gpu::Before, left: &[crate::gpu::Holder], rep: &mut Reporter, t0: Instant) -> Vec<i32> {
+fn gpu_released(
+    b: &crate::sources::gpu::Before,
+    left: &[crate::sources::gpu::Holder],
+    rep: &mut Reporter,
+    t0: Instant,
+) -> Vec<i32> {
     let t = || t0.elapsed().as_millis() as u64;
     if left.is_empty() {
         rep.note(
             t(),
             &format!(
                 "GPU memory released: {} no longer held (proven by {})",
-                crate::gpu::describe(&b.held.per_gpu),
+                crate::sources::gpu::describe(&b.held.per_gpu),
                 b.reader.name()
             ),
         );
@@ -434,7 +443,7 @@ pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<Exit, CliError> {
     let t0 = Instant::now();
     let mut tree = vec![p];
     tree.extend(procs::descendants(p));
-    let gpu_before = crate::gpu::before_stop(p, &tree);
+    let gpu_before = crate::sources::gpu::before_stop(p, &tree);
     let r = procs::stop_tree(p, true, grace, &mut |sig, pids| {
         rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids)))
     });

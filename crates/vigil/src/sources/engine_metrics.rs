@@ -1,7 +1,7 @@
 //! Reads the server's own Prometheus metrics (issue #17) for the judge: the names its profile gives
 //! (`[server.metrics]`), parsed by `vigil_core::engine_metrics`. Only gathers; the judge decides.
 
-use crate::probe::{self, Target};
+use crate::sources::probe::{self, Target};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use vigil_core::engine_metrics::{self, MetricsSample};

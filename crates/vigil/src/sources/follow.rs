@@ -1,7 +1,7 @@
 //! Line sources for `wait`: a followed log file (may not exist yet; may be truncated in place or
 //! renamed and recreated), stdin, or a command's output (`kubectl logs -f`, `journalctl -fu`).
 
-use crate::lines::Splitter;
+use crate::sources::lines::Splitter;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! (one info line). Per GPU: memory used/total, utilisation; per process: pid → memory. The sample's
 //! types are records `vigil gpu` prints (`sinks::records`, re-exported here).
 
-pub use crate::sinks::records::{GpuDev, GpuProc, Snapshot};
+use crate::sinks::records::{GpuDev, GpuProc, Snapshot};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -108,7 +108,7 @@ pub const SMI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 fn smi(args: &[&str]) -> Result<String, String> {
     let mut c = std::process::Command::new("nvidia-smi");
     c.args(args);
-    let o = crate::procs::output_within(c, SMI_TIMEOUT).map_err(|e| format!("nvidia-smi: {e}"))?;
+    let o = crate::sources::procs::output_within(c, SMI_TIMEOUT).map_err(|e| format!("nvidia-smi: {e}"))?;
     if !o.status.success() {
         return Err(format!("nvidia-smi failed: {}", String::from_utf8_lossy(&o.stderr).trim()));
     }
@@ -262,9 +262,9 @@ pub fn before_stop(root: i32, tree: &[i32]) -> Option<Before> {
     let reader = Reader::open().ok()?;
     let s = reader.sample().ok()?;
     let tree: BTreeSet<i32> = tree.iter().copied().collect();
-    let held = held_by(&s, &tree, &crate::procs::exists);
-    let server_start_ticks = crate::procs::read_proc(root).map(|p| p.start_ticks).unwrap_or(0);
-    let run_mark = crate::procs::env_var(root, "VIGIL_RUN");
+    let held = held_by(&s, &tree, &crate::sources::procs::exists);
+    let server_start_ticks = crate::sources::procs::read_proc(root).map(|p| p.start_ticks).unwrap_or(0);
+    let run_mark = crate::sources::procs::env_var(root, "VIGIL_RUN");
     Some(Before { reader, held, tree, server_start_ticks, run_mark })
 }
 
@@ -292,10 +292,10 @@ pub fn holders(
 pub fn wait_released(b: &Before, deadline: std::time::Duration) -> Vec<Holder> {
     let t0 = std::time::Instant::now();
     let escaped = |pid: i32| {
-        crate::procs::alive(pid)
+        crate::sources::procs::alive(pid)
             && b.server_start_ticks > 0
-            && crate::procs::read_proc(pid).is_some_and(|q| q.start_ticks >= b.server_start_ticks)
-            && b.run_mark.as_ref().is_none_or(|m| crate::procs::env_var(pid, "VIGIL_RUN").as_ref() == Some(m))
+            && crate::sources::procs::read_proc(pid).is_some_and(|q| q.start_ticks >= b.server_start_ticks)
+            && b.run_mark.as_ref().is_none_or(|m| crate::sources::procs::env_var(pid, "VIGIL_RUN").as_ref() == Some(m))
     };
     loop {
         let Ok(s) = b.reader.sample() else { return vec![] };
@@ -305,7 +305,7 @@ pub fn wait_released(b: &Before, deadline: std::time::Duration) -> Vec<Holder> {
                 pid,
                 gpu,
                 used_mib,
-                cmd: crate::follow::cmdline(pid).map(|c| c.join(" ")).unwrap_or_else(|| "?".into()),
+                cmd: crate::sources::follow::cmdline(pid).map(|c| c.join(" ")).unwrap_or_else(|| "?".into()),
                 escaped,
             })
             .collect();

@@ -2,7 +2,7 @@
 //! (the shape of the captures the tests replay), else `nvidia-smi -q` and `topo -p2p`; and NVML's event
 //! set for Xid and ECC events during a watch. Only gathers; `vigil_core::gpu_health` judges.
 
-use crate::gpu::SMI_TIMEOUT;
+use crate::sources::gpu::SMI_TIMEOUT;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, P2pCapabilitiesIndex};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
@@ -77,7 +77,7 @@ pub fn read_nvml(n: &Nvml) -> NvmlReadings {
 fn smi(args: &[&str]) -> Option<String> {
     let mut c = std::process::Command::new("nvidia-smi");
     c.args(args);
-    let o = crate::procs::output_within(c, SMI_TIMEOUT).ok().filter(|o| o.status.success())?;
+    let o = crate::sources::procs::output_within(c, SMI_TIMEOUT).ok().filter(|o| o.status.success())?;
     Some(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
@@ -88,7 +88,7 @@ pub fn collect(smi_answers: bool) -> Option<(Vec<GpuHealth>, Vec<P2p>, &'static 
     if std::env::var_os("VIGIL_NO_GPU").is_some() {
         return None;
     }
-    if let Ok(crate::gpu::Reader::Nvml(n)) = crate::gpu::Reader::open() {
+    if let Ok(crate::sources::gpu::Reader::Nvml(n)) = crate::sources::gpu::Reader::open() {
         let (mut gpus, p2p) = read_nvml(&n).health();
         let remaps = smi_answers
             .then(|| smi(&["--query-gpu=index,remapped_rows.pending,remapped_rows.failure", "--format=csv,noheader"]))
@@ -149,7 +149,7 @@ pub fn check(visible: Option<&str>, needed: u64, smi_answers: bool, rep: &mut cr
 pub fn watch_events(tx: tokio::sync::mpsc::UnboundedSender<gh::GpuEvent>) {
     std::thread::spawn(move || {
         use nvml_wrapper::bitmasks::event::EventTypes;
-        let Ok(crate::gpu::Reader::Nvml(n)) = crate::gpu::Reader::open() else { return };
+        let Ok(crate::sources::gpu::Reader::Nvml(n)) = crate::sources::gpu::Reader::open() else { return };
         let Ok(mut set) = n.create_event_set() else { return };
         let count = n.device_count().unwrap_or(0);
         let mut any = false;

@@ -4,7 +4,7 @@
 //! `https://` targets add a TLS handshake (rustls, `tls.rs`) inside the same deadline: a peer that
 //! accepts and never finishes the handshake is a probe timeout like one that never answers.
 
-use crate::tls::{self, Tls, TlsOpts};
+use crate::sources::tls::{self, Tls, TlsOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

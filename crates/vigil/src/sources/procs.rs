@@ -2,7 +2,7 @@
 //! holders, and stopping a tree with proof (SIGTERM, grace, SIGKILL, then verify nothing is left).
 
 /// What stopping a tree did: an event payload, defined with the events it travels in.
-pub use crate::sinks::events::{StopReport, Stopped};
+use crate::sinks::events::{StopReport, Stopped};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -108,7 +108,7 @@ fn descendants_by_scan(root: i32) -> Vec<i32> {
 }
 
 pub fn alive(pid: i32) -> bool {
-    crate::follow::pid_alive(pid)
+    crate::sources::follow::pid_alive(pid)
 }
 
 /// Seconds since the process started.
@@ -265,7 +265,7 @@ pub fn port_holder(port: u16) -> Option<(i32, String)> {
     }
     for p in all_procs() {
         if socket_inodes(p.pid).iter().any(|i| inodes.contains(i)) {
-            let cmd = crate::follow::cmdline(p.pid).map(|v| v.join(" ")).unwrap_or(p.comm);
+            let cmd = crate::sources::follow::cmdline(p.pid).map(|v| v.join(" ")).unwrap_or(p.comm);
             return Some((p.pid, cmd));
         }
     }
@@ -321,8 +321,9 @@ pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut 
         v.extend(descendants(root));
         v.extend(all.keys().copied().filter(|p| !v.contains(p)).collect::<Vec<_>>());
         for p in v.iter().copied().filter(|p| alive(*p)) {
-            all.entry(p)
-                .or_insert_with(|| (crate::follow::cmdline(p).map(|c| c.join(" ")).unwrap_or_default(), String::new()));
+            all.entry(p).or_insert_with(|| {
+                (crate::sources::follow::cmdline(p).map(|c| c.join(" ")).unwrap_or_default(), String::new())
+            });
         }
         v.into_iter().filter(|p| alive(*p)).collect::<Vec<_>>()
     };

@@ -1,7 +1,7 @@
 //! Proof of readiness: one real completion through the server's own API, and, when the command asks
 //! for speculative decoding, proof that it is on (or a `degraded: speculation off` verdict).
 
-use crate::probe::{self, Target};
+use crate::sources::probe::{self, Target};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use vigil_core::profile::ProofSpec;
@@ -21,8 +21,8 @@ pub fn proof_tokens(wants_spec: bool) -> u32 {
 
 /// The model a command serves (`serve MODEL`, `--model`, `--model-path`, `-m`), for OpenAI-style requests.
 pub fn model_hint(argv: &[String]) -> Option<String> {
-    crate::follow::arg_value(argv, "--model")
-        .or_else(|| crate::follow::arg_value(argv, "--model-path"))
+    crate::sources::follow::arg_value(argv, "--model")
+        .or_else(|| crate::sources::follow::arg_value(argv, "--model-path"))
         .map(String::from)
         .or_else(|| {
             argv.iter()

@@ -2,7 +2,7 @@
 //! start time, title (`/proc/PID/cmdline`, bounded) and the GPU memory it holds. Only gathers facts;
 //! `vigil_core::tree` decides which processes are engines and what their death means.
 
-use crate::gpu;
+use crate::sources::gpu;
 use std::io::Read;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -27,12 +27,16 @@ pub fn title(pid: i32, comm: &str) -> String {
 
 /// One sample of the tree below `root`; `gpu` (when a reading is at hand) gives each process's memory.
 /// Also the first process whose name is in `compilers` (a JIT build in the tree), if any.
-pub fn sample(root: i32, gpu: Option<&gpu::Snapshot>, compilers: &[String]) -> (TreeSample, Option<String>) {
-    let root_alive = crate::procs::alive(root);
+pub fn sample(
+    root: i32,
+    gpu: Option<&crate::sinks::records::Snapshot>,
+    compilers: &[String],
+) -> (TreeSample, Option<String>) {
+    let root_alive = crate::sources::procs::alive(root);
     let mut procs = Vec::new();
     let mut compiling = None;
-    for pid in crate::procs::descendants(root) {
-        let Some(p) = crate::procs::read_proc(pid) else { continue };
+    for pid in crate::sources::procs::descendants(root) {
+        let Some(p) = crate::sources::procs::read_proc(pid) else { continue };
         if compiling.is_none() && compilers.contains(&p.comm) {
             compiling = Some(p.comm.clone());
         }
@@ -57,7 +61,7 @@ pub fn spawn(root: i32, every: Duration, extras: Extras, tx: mpsc::UnboundedSend
     std::thread::spawn(move || {
         let Extras { gpu, compilers } = extras;
         let names = compilers.as_ref().map(|(n, _)| n.clone()).unwrap_or_default();
-        let mut last_gpu: Option<(Instant, gpu::Snapshot)> = None;
+        let mut last_gpu: Option<(Instant, crate::sinks::records::Snapshot)> = None;
         loop {
             let mut fresh = false;
             if let Some((r, gpu_every, _)) = &gpu {
@@ -72,7 +76,7 @@ pub fn spawn(root: i32, every: Duration, extras: Extras, tx: mpsc::UnboundedSend
             if let (true, Some((_, _, held_tx)), Some((_, snap))) = (fresh, &gpu, &last_gpu) {
                 let mut pids: std::collections::BTreeSet<i32> = s.procs.iter().map(|p| p.pid).collect();
                 pids.insert(root);
-                let _ = held_tx.send(gpu::held_by(snap, &pids, &crate::procs::exists));
+                let _ = held_tx.send(gpu::held_by(snap, &pids, &crate::sources::procs::exists));
             }
             if let (Some(c), Some((_, busy_tx))) = (compiling, &compilers) {
                 let _ = busy_tx.send(c);

@@ -9,13 +9,13 @@ use std::path::Path;
 /// it as an event, and puts one line per process at the head of the verdict's evidence. Local servers
 /// only (`--pid`); a server watched over SSH is captured with `vigil dump` on its node.
 pub async fn at_verdict(
-    rep: &mut crate::report::Reporter,
+    rep: &mut crate::sinks::report::Reporter,
     t_ms: u64,
     r: &mut vigil_core::Report,
     pid: Option<i32>,
     run_dir: Option<&Path>,
     secrets: &[String],
-    remote: Option<&crate::remote::RemoteWatch>,
+    remote: Option<&crate::node::remote::RemoteWatch>,
 ) {
     use vigil_core::Verdict;
     if !matches!(r.verdict, Verdict::Stalled | Verdict::Unhealthy) {
@@ -35,7 +35,7 @@ pub async fn at_verdict(
         }
         return;
     }
-    let Some(pid) = pid.filter(|p| crate::procs::alive(*p)) else { return };
+    let Some(pid) = pid.filter(|p| crate::sources::procs::alive(*p)) else { return };
     let dir = dir_for(run_dir, pid);
     let secrets = secrets.to_vec();
     let ev = match tokio::task::spawn_blocking(move || gather(pid, &dir, &secrets)).await {
@@ -56,10 +56,10 @@ pub async fn at_verdict(
 /// directory. (A run's evidence comes through its node: `commands::dump`.)
 pub fn dump_pid(p: i32, json: bool) -> Result<Exit, crate::error::CliError> {
     use crate::error::CliError;
-    if p <= 0 || !crate::procs::alive(p) {
+    if p <= 0 || !crate::sources::procs::alive(p) {
         return Err(CliError::usage(format!("dump --pid {p}: no such live process")));
     }
     let ev = gather(p, &dir_for(None, p), &[]);
-    crate::report::Reporter::new(json, false).event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
+    crate::sinks::report::Reporter::new(json, false).event(ev.took_ms, &vigil_core::Event::Evidence(Box::new(ev)));
     Ok(Exit::Ready)
 }

@@ -10,13 +10,13 @@
 //!   `/health` on `--node-rank` ≥ 1 is a dummy that always answers 200).
 
 use crate::error::CliError;
-use crate::events::WatchEvent;
 use crate::exit::Exit;
+use crate::node::remote::{self, SshOpts};
 use crate::node::{AnyNode, Launch, Node, SshNode};
-use crate::remote::{self, SshOpts};
-use crate::report::Reporter;
+use crate::sinks::events::WatchEvent;
+use crate::sinks::report::Reporter;
 use crate::supervise::up::UpArgs;
-use crate::wait;
+use crate::supervise::wait;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -101,7 +101,7 @@ impl HostResult {
                 self.note = o
                     .report
                     .as_ref()
-                    .map(|r| crate::report::summary(r, None, |s, _| s.to_string()))
+                    .map(|r| crate::sinks::report::summary(r, None, |s, _| s.to_string()))
                     .unwrap_or_default();
                 self.report = o.report;
             }
@@ -158,8 +158,8 @@ fn lossy(a: &[u8]) -> String {
 pub fn rank_argv(argv: &[Vec<u8>], rank: usize, n: usize) -> Vec<Vec<u8>> {
     let sub = |a: &[u8]| -> Vec<u8> {
         let s = a.to_vec();
-        let s = crate::lines::replace_bytes(&s, b"{node_rank}", rank.to_string().as_bytes());
-        crate::lines::replace_bytes(&s, b"{nnodes}", n.to_string().as_bytes())
+        let s = crate::sources::lines::replace_bytes(&s, b"{node_rank}", rank.to_string().as_bytes());
+        crate::sources::lines::replace_bytes(&s, b"{nnodes}", n.to_string().as_bytes())
     };
     let mut out: Vec<Vec<u8>> = argv.iter().map(|a| sub(a)).collect();
     for i in 0..out.len() {
@@ -188,7 +188,8 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
         return Err(CliError::usage("up: give the server command after --"));
     }
     let argv_s: Vec<String> = argv.iter().map(|a| lossy(a)).collect();
-    let nnodes = crate::follow::arg_value(&argv_s, "--nnodes").and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
+    let nnodes =
+        crate::sources::follow::arg_value(&argv_s, "--nnodes").and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
     let multi = hs.multi_node || (nnodes > 1 && hs.list.len() > 1);
     if multi && nnodes > 1 && nnodes != hs.list.len() {
         return Err(CliError::usage(format!(
@@ -280,7 +281,7 @@ pub async fn up_one(
     let kind = a.server.clone().or_else(|| profiles.detect_cmd(&argv_s).map(String::from));
     let name = run_name(&a, &kind, &argv);
     let mut res = HostResult::new(host, rank, &name);
-    if let Err(e) = crate::run::valid_name(&name) {
+    if let Err(e) = crate::node::run::valid_name(&name) {
         res.set_outcome(Err(e));
         return res;
     }
@@ -433,9 +434,9 @@ pub(crate) fn stopped_unless_done(results: Vec<Option<HostResult>>, hosts: &[Str
 pub(crate) fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> Exit {
     let exits: Vec<Exit> = results.iter().map(|r| r.code).collect();
     let (worst, decider) = fleet::combine(&exits);
-    let hosts: Vec<crate::events::HostLine> = results
+    let hosts: Vec<crate::sinks::events::HostLine> = results
         .iter()
-        .map(|r| crate::events::HostLine {
+        .map(|r| crate::sinks::events::HostLine {
             host: r.host.clone(),
             rank: r.rank,
             verdict: verdict_text(r),
@@ -445,8 +446,8 @@ pub(crate) fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: 
         })
         .collect();
     let phase = fleet::least_phase(results.iter().filter_map(|r| r.report.as_ref().map(|x| x.phase)));
-    let end = crate::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase };
-    crate::tables::fleet(&end, json, quiet);
+    let end = crate::sinks::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase };
+    crate::sinks::tables::fleet(&end, json, quiet);
     worst
 }
 
@@ -470,7 +471,7 @@ pub(crate) fn verdict_text(r: &HostResult) -> String {
 /// `vigil wait --hosts H1,H2 NAME` (a fleet or a multi-node server): `commands::wait` runs a single node
 /// itself.
 pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles) -> Result<Exit, CliError> {
-    crate::run::valid_name(&name)?;
+    crate::node::run::valid_name(&name)?;
     let w0 = w.clone();
     let jobs: Vec<_> = hs
         .list

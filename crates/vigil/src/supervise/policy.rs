@@ -2,7 +2,7 @@
 //! its port and GPU memory free, or leave it running and say how to stop it. The decision of which
 //! verdicts it applies to is `vigil_core::policy::applies`; this only acts and reports.
 
-use crate::report::Reporter;
+use crate::sinks::report::Reporter;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use vigil_core::policy::{OnStall, StallAction};
@@ -14,7 +14,13 @@ const PORT_WAIT: Duration = Duration::from_secs(5);
 /// Applies the policy to a verdict that ends vigil's watch: the server's root process is `a.pid`, its
 /// run (stopped through its keeper) the folder of `a.exit_state`; `port` is the server's port when known.
 /// Async with deadlines: the stop, the GPU release and the port wait never block the runtime.
-pub async fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate::wait::Args, port: Option<u16>) {
+pub async fn on_verdict(
+    rep: &mut Reporter,
+    t_ms: u64,
+    r: &mut Report,
+    a: &crate::supervise::wait::Args,
+    port: Option<u16>,
+) {
     let policy = a.on_stall.unwrap_or_default();
     let (pid, grace) = (a.pid, a.stop_grace);
     let run_dir = a.exit_state.as_deref().and_then(Path::parent);
@@ -22,14 +28,15 @@ pub async fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate
         return;
     }
     let Some(pid) = pid else { return };
-    let state: Option<crate::run::State> = run_dir.and_then(|d| crate::run::read_json(&d.join("state.json")));
-    let mut pids: Vec<i32> = crate::procs::descendants(pid);
-    if crate::procs::alive(pid) {
+    let state: Option<crate::node::run::State> =
+        run_dir.and_then(|d| crate::node::run::read_json(&d.join("state.json")));
+    let mut pids: Vec<i32> = crate::sources::procs::descendants(pid);
+    if crate::sources::procs::alive(pid) {
         pids.insert(0, pid);
     }
     // a run's keeper is a subreaper: children the dead server left behind are its descendants
-    if let Some(k) = state.as_ref().map(|s| s.keeper_pid).filter(|k| *k > 0 && crate::procs::alive(*k)) {
-        for d in crate::procs::descendants(k) {
+    if let Some(k) = state.as_ref().map(|s| s.keeper_pid).filter(|k| *k > 0 && crate::sources::procs::alive(*k)) {
+        for d in crate::sources::procs::descendants(k) {
             if !pids.contains(&d) {
                 pids.push(d);
             }
@@ -49,14 +56,14 @@ pub async fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate
         }
         OnStall::Stop => {
             act.survivors = match (run_dir, state) {
-                (Some(d), Some(st)) => crate::up::stop_run(d, &st, grace, rep).await.unwrap_or(pids.clone()),
+                (Some(d), Some(st)) => crate::node::up::stop_run(d, &st, grace, rep).await.unwrap_or(pids.clone()),
                 _ => {
                     // not a run of ours (stop_run proves a run's GPU release itself): prove it here
-                    let before = crate::gpu::before_stop(pid, &pids).filter(|b| b.held.total_mib > 0);
-                    let s = crate::procs::stop_tree_async(pid, true, grace, |_, _| {}).await;
+                    let before = crate::sources::gpu::before_stop(pid, &pids).filter(|b| b.held.total_mib > 0);
+                    let s = crate::sources::procs::stop_tree_async(pid, true, grace, |_, _| {}).await;
                     let mut left: Vec<i32> = s.survivors.iter().map(|p| p.pid).collect();
                     if let Some(b) = before {
-                        let (_, holders) = crate::gpu::released(b, Duration::from_secs(30)).await;
+                        let (_, holders) = crate::sources::gpu::released(b, Duration::from_secs(30)).await;
                         act.gpu_released = Some(holders.is_empty());
                         for h in holders {
                             if !left.contains(&h.pid) {
@@ -69,15 +76,15 @@ pub async fn on_verdict(rep: &mut Reporter, t_ms: u64, r: &mut Report, a: &crate
             };
             if let Some(p) = port {
                 let deadline = Instant::now() + PORT_WAIT;
-                let mut free = crate::procs::port_free(p);
+                let mut free = crate::sources::procs::port_free(p);
                 while !free && Instant::now() < deadline {
                     tokio::time::sleep(Duration::from_millis(20)).await;
-                    free = crate::procs::port_free(p);
+                    free = crate::sources::procs::port_free(p);
                 }
                 act.port_free = Some(free);
             }
             let holder = match (act.port, act.port_free) {
-                (Some(p), Some(false)) => format!(" ({})", crate::procs::port_holder_text(p)),
+                (Some(p), Some(false)) => format!(" ({})", crate::sources::procs::port_holder_text(p)),
                 _ => String::new(),
             };
             push_detail(r, &format!("{}{holder}", act.line()));
@@ -92,8 +99,8 @@ pub async fn on_verdict_remote(
     rep: &mut Reporter,
     t_ms: u64,
     r: &mut Report,
-    a: &crate::wait::Args,
-    w: &crate::remote::RemoteWatch,
+    a: &crate::supervise::wait::Args,
+    w: &crate::node::remote::RemoteWatch,
 ) {
     if !vigil_core::policy::applies(r) {
         return;

@@ -16,11 +16,11 @@
 //! (`fleet::ends_allocation`): never a serving server or an interrupt.
 
 use crate::error::CliError;
-use crate::events::WatchEvent;
 use crate::exit::Exit;
-use crate::hosts::{self, HostResult};
 use crate::node::{AnyNode, LocalNode, Node};
-use crate::report::Reporter;
+use crate::sinks::events::WatchEvent;
+use crate::sinks::report::Reporter;
+use crate::supervise::hosts::{self, HostResult};
 use crate::supervise::up::UpArgs;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -214,7 +214,7 @@ pub async fn up(
     }
     let n = job.nodes.len();
     let argv_s: Vec<String> = argv.iter().map(|x| String::from_utf8_lossy(x).into_owned()).collect();
-    if let Some(nn) = crate::follow::arg_value(&argv_s, "--nnodes").and_then(|v| v.parse::<usize>().ok()) {
+    if let Some(nn) = crate::sources::follow::arg_value(&argv_s, "--nnodes").and_then(|v| v.parse::<usize>().ok()) {
         if nn != n {
             return Err(CliError::usage(format!(
                 "--nnodes {nn} but the Slurm job step has {n} nodes ({}): run one vigil per node",
@@ -402,10 +402,10 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                         interrupted = true;
                         code = Exit::Ready;
                     } else if x.orderly_after_ready(end.requested) {
-                        why = format!("rank 0's server {} after ready", crate::up::stopped_how(x, end.requested));
+                        why = format!("rank 0's server {} after ready", crate::node::up::stopped_how(x, end.requested));
                         code = Exit::Ready;
                     } else {
-                        why = format!("rank 0's server {} after ready: crashed", crate::up::exit_how(x.code, x.signal));
+                        why = format!("rank 0's server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal));
                         code = Exit::Crashed;
                     }
                     break;
@@ -656,9 +656,9 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
                 }
                 let x = &end.exit;
                 let (code, note) = if x.orderly_after_ready(end.requested) {
-                    (Exit::Ready, format!("its server {} after ready", crate::up::stopped_how(x, end.requested)))
+                    (Exit::Ready, format!("its server {} after ready", crate::node::up::stopped_how(x, end.requested)))
                 } else {
-                    (Exit::Crashed, format!("its server {} after ready: crashed", crate::up::exit_how(x.code, x.signal)))
+                    (Exit::Crashed, format!("its server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal)))
                 };
                 rep.note(t0.elapsed().as_millis() as u64, &note);
                 let _ = otx.send(Msg::End { code, verdict: if code == Exit::Crashed { "crashed".into() } else { "stopped".into() }, note });
@@ -727,7 +727,7 @@ mod tests {
         let long = "x".repeat(80);
         let n = run_name(&long, 123456, 3);
         assert!(n.len() <= 64 && n.ends_with(".job123456.n3"));
-        assert!(crate::run::valid_name(&n).is_ok());
+        assert!(crate::node::run::valid_name(&n).is_ok());
     }
 
     #[test]

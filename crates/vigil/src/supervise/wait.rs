@@ -10,15 +10,15 @@
 pub use super::watch::Outcome;
 use super::watch::{Action, Holder, Input, Notify, Parts, Say, Settings, Watch};
 use crate::error::CliError;
-use crate::events::WatchEvent;
 use crate::exit::Exit;
-use crate::follow::{self, SourceMsg};
-use crate::metrics::Metrics;
 use crate::node::ServerEnd;
-use crate::notify::Notifier;
-use crate::probe::{self, ProbeResult, Target};
-use crate::proof::{self, Generation};
-use crate::report::Reporter;
+use crate::sinks::events::WatchEvent;
+use crate::sinks::metrics::Metrics;
+use crate::sinks::notify::Notifier;
+use crate::sinks::report::Reporter;
+use crate::sources::follow::{self, SourceMsg};
+use crate::sources::probe::{self, ProbeResult, Target};
+use crate::sources::proof::{self, Generation};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -39,7 +39,7 @@ pub struct Args {
     pub probe_timeout: Option<Duration>,
     pub api_key_env: Option<String>,
     /// Trust for an `https://` URL (`--ca-cert`, `--insecure`).
-    pub tls: crate::tls::TlsOpts,
+    pub tls: crate::sources::tls::TlsOpts,
     pub stall: Vec<vigil_core::limits::Stall>,
     pub json: bool,
     pub quiet: bool,
@@ -74,7 +74,7 @@ pub struct Args {
     /// GPU sampling interval (when a GPU reader and a pid exist).
     pub gpu_interval: Duration,
     /// A run on a remote host: its log and exit status come through the SSH connection.
-    pub remote: Option<crate::remote::RemoteWatch>,
+    pub remote: Option<crate::node::remote::RemoteWatch>,
     /// One of several concurrent watches (fleet, multi-node): the host and rank it speaks for, and
     /// interrupts are seen without being taken (the driver takes them).
     pub tag: Option<(String, Option<usize>)>,
@@ -100,7 +100,7 @@ impl Args {
             interval: Duration::from_secs(1),
             probe_timeout: None,
             api_key_env: None,
-            tls: crate::tls::TlsOpts::default(),
+            tls: crate::sources::tls::TlsOpts::default(),
             stall: vec![],
             json: false,
             quiet: false,
@@ -174,7 +174,7 @@ impl Sinks {
             m.set_verdict(r.verdict);
         }
         if let Some(p) = &self.verdict_file {
-            let _ = crate::run::write_json(p, r);
+            let _ = crate::node::run::write_json(p, r);
         }
         if let Some(n) = &self.notifier {
             if r.verdict == Verdict::Ready {
@@ -235,7 +235,7 @@ struct Sources {
     lines: mpsc::UnboundedReceiver<SourceMsg>,
     exit: mpsc::UnboundedReceiver<(ServerEnd, Option<u64>)>,
     busy: mpsc::UnboundedReceiver<String>,
-    gpu: mpsc::UnboundedReceiver<crate::gpu::Held>,
+    gpu: mpsc::UnboundedReceiver<crate::sources::gpu::Held>,
     gpu_events: mpsc::UnboundedReceiver<vigil_core::gpu_health::GpuEvent>,
     emetrics: mpsc::UnboundedReceiver<Option<vigil_core::engine_metrics::MetricsSample>>,
     tree: mpsc::UnboundedReceiver<vigil_core::TreeSample>,
@@ -268,8 +268,8 @@ impl Sources {
         }
         let (exit_tx, exit_rx) = mpsc::unbounded_channel::<(ServerEnd, Option<u64>)>();
         if let Some(w) = &a.remote {
-            tokio::spawn(crate::remote::follow_log(w.clone(), tx.clone()));
-            tokio::spawn(crate::remote::wait_exit(w.clone(), exit_tx.clone()));
+            tokio::spawn(crate::node::remote::follow_log(w.clone(), tx.clone()));
+            tokio::spawn(crate::node::remote::wait_exit(w.clone(), exit_tx.clone()));
         }
         if let Some(cmd) = &a.log_cmd {
             log_child =
@@ -292,14 +292,14 @@ impl Sources {
         drop(exit_tx);
 
         // GPU samples of the server's process tree, as facts for the judge.
-        let (gpu_tx, gpu_rx) = mpsc::unbounded_channel::<crate::gpu::Held>();
+        let (gpu_tx, gpu_rx) = mpsc::unbounded_channel::<crate::sources::gpu::Held>();
         if let Some(w) = &a.remote {
-            tokio::spawn(crate::remote::gpu_stream(w.clone(), a.gpu_interval, gpu_tx.clone()));
+            tokio::spawn(crate::node::remote::gpu_stream(w.clone(), a.gpu_interval, gpu_tx.clone()));
         }
         // The tree's GPU memory is read by the tree sampler below (one walk of the tree for every fact).
         let mut gpu_reader = None;
         if a.pid.is_some() {
-            match crate::gpu::Reader::open() {
+            match crate::sources::gpu::Reader::open() {
                 Ok(reader) => {
                     rep.note(0, &format!("GPU readings: {}", reader.name()));
                     gpu_reader = Some(reader);
@@ -310,18 +310,23 @@ impl Sources {
         // issue #17: engine progress from the server's own metrics while watching (probes are the fallback)
         let (emetrics_tx, emetrics_rx) = mpsc::unbounded_channel();
         if let (true, Some(t), Some(spec)) = (a.watch, target, engine_metrics) {
-            crate::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
+            crate::sources::engine_metrics::spawn(t, spec, probe_timeout, bearer.clone(), emetrics_tx);
         }
         // issue #17: Xid and uncorrectable ECC events from NVML, named by the verdict (local servers)
         let (gpu_ev_tx, gpu_ev_rx) = mpsc::unbounded_channel::<vigil_core::gpu_health::GpuEvent>();
         if a.pid.is_some() {
-            crate::gpu_health::watch_events(gpu_ev_tx);
+            crate::sources::gpu_health::watch_events(gpu_ev_tx);
         }
         // issue #17: the process tree as a fact (an engine process dying while the server lives).
         let (tree_tx, tree_rx) = mpsc::unbounded_channel::<vigil_core::TreeSample>();
         if let Some(pid) = a.pid {
             let gpu = gpu_reader.map(|r| (r, a.gpu_interval, gpu_tx.clone()));
-            crate::tree::spawn(pid, Duration::from_secs(1), crate::tree::Extras { gpu, compilers }, tree_tx);
+            crate::sources::tree::spawn(
+                pid,
+                Duration::from_secs(1),
+                crate::sources::tree::Extras { gpu, compilers },
+                tree_tx,
+            );
         }
         let mut tick = tokio::time::interval(Duration::from_millis(25));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -455,7 +460,7 @@ impl Io {
             }
             Action::VerdictFile(r) => {
                 if let Some(p) = &self.sinks.verdict_file {
-                    let _ = crate::run::write_json(p, &*r);
+                    let _ = crate::node::run::write_json(p, &*r);
                 }
             }
             Action::Conclude(r) => return Some(Ok(self.conclude(w, *r).await)),
@@ -504,7 +509,16 @@ impl Io {
         let ms = move || t0.elapsed().as_millis() as u64;
         let a = &self.a;
         let run_dir = a.exit_state.as_deref().and_then(|p| p.parent());
-        crate::evidence::at_verdict(&mut self.rep, ms(), &mut r, a.pid, run_dir, &a.secrets, a.remote.as_ref()).await;
+        crate::supervise::evidence::at_verdict(
+            &mut self.rep,
+            ms(),
+            &mut r,
+            a.pid,
+            run_dir,
+            &a.secrets,
+            a.remote.as_ref(),
+        )
+        .await;
         let port = self
             .target
             .as_ref()
@@ -512,8 +526,8 @@ impl Io {
             .map(|t| t.port)
             .or(self.cmd_port);
         match (a.pid, a.remote.as_ref()) {
-            (None, Some(rw)) => crate::policy::on_verdict_remote(&mut self.rep, ms(), &mut r, a, rw).await,
-            _ => crate::policy::on_verdict(&mut self.rep, ms(), &mut r, a, port).await,
+            (None, Some(rw)) => crate::supervise::policy::on_verdict_remote(&mut self.rep, ms(), &mut r, a, rw).await,
+            _ => crate::supervise::policy::on_verdict(&mut self.rep, ms(), &mut r, a, port).await,
         }
         update_metrics(&self.sinks.metrics, w.judge(), w.server(), r.verdict);
         self.sinks.verdict(&r, w.history_mut());
@@ -632,7 +646,7 @@ fn start<'p>(
             let m = Metrics::new(&run_name, server_name_for_metrics(&forced), a.restarts);
             let l = match &a.metrics_listener {
                 Some(l) => l.clone(),
-                None => crate::metrics::bind(addr)?,
+                None => crate::sinks::metrics::bind(addr)?,
             };
             let local = m.clone().serve(&l).map_err(|e| CliError::usage(format!("--metrics {addr}: {e}")))?;
             rep.note(0, &format!("metrics on http://{local}/metrics"));
@@ -740,20 +754,20 @@ fn foreign_holder(pid: i32, t: &Target) -> Option<(i32, String)> {
         return None;
     }
     // Cheap first: is the listening socket one of the tree's own file descriptors?
-    let inodes = crate::procs::port_inodes(t.port);
+    let inodes = crate::sources::procs::port_inodes(t.port);
     if inodes.is_empty() {
         return None;
     }
-    let ours = |p: &i32| crate::procs::socket_inodes(*p).iter().any(|i| inodes.contains(i));
+    let ours = |p: &i32| crate::sources::procs::socket_inodes(*p).iter().any(|i| inodes.contains(i));
     if ours(&pid) {
         return None; // the usual case: the server itself listens
     }
     let mut tree = vec![pid];
-    tree.extend(crate::procs::descendants(pid));
+    tree.extend(crate::sources::procs::descendants(pid));
     if tree.iter().any(ours) {
         return None;
     }
     // Not ours: name the holder (a scan of every process this user can see).
-    let (holder, cmd) = crate::procs::port_holder(t.port)?;
+    let (holder, cmd) = crate::sources::procs::port_holder(t.port)?;
     (!tree.contains(&holder)).then_some((holder, cmd))
 }

@@ -10,11 +10,11 @@
 //! GPU samples, engine metrics, ticks, interrupts) into `Input`s and executes the `Action`s in order.
 
 use crate::exit::Exit;
-use crate::follow::SourceMsg;
-use crate::gpu::Held;
 use crate::node::ServerEnd;
-use crate::probe::ProbeResult;
-use crate::proof::Generation;
+use crate::sources::follow::SourceMsg;
+use crate::sources::gpu::Held;
+use crate::sources::probe::ProbeResult;
+use crate::sources::proof::Generation;
 use std::time::Duration;
 use vigil_core::engine_metrics::MetricsSample;
 use vigil_core::gpu_health::GpuEvent;
@@ -193,7 +193,7 @@ pub struct Settings {
 impl Settings {
     /// From the watch's arguments (their command line already completed from `--pid`); `has_target`: a
     /// health URL is probed; `dummy_health`: its answer proves nothing.
-    pub fn new(a: &crate::wait::Args, has_target: bool, dummy_health: bool) -> Settings {
+    pub fn new(a: &crate::supervise::wait::Args, has_target: bool, dummy_health: bool) -> Settings {
         Settings {
             has_log: a.has_log(),
             has_target,
@@ -396,7 +396,7 @@ impl<'p> Watch<'p> {
                     }
                     out.push(Action::Say(Say::Gpu(h.clone())));
                 }
-                let fact = GpuFact { total_mib: h.total_mib, describe: crate::gpu::describe(&h.per_gpu) };
+                let fact = GpuFact { total_mib: h.total_mib, describe: crate::sources::gpu::describe(&h.per_gpu) };
                 self.last_gpu = Some(h);
                 events = self.feed(now, vigil_core::Input::Gpu(fact));
             }
@@ -572,7 +572,7 @@ impl<'p> Watch<'p> {
 
     fn stopped(&mut self, end: ServerEnd, out: &mut Vec<Action>) {
         let (x, asked) = (end.exit, end.requested);
-        let how = crate::up::stopped_how(&x, asked);
+        let how = crate::node::up::stopped_how(&x, asked);
         let stop = Say::Stopped { how: how.clone(), exit_code: x.code, signal: x.signal, requested: asked };
         out.push(Action::Say(stop));
         out.push(Action::Notify(Notify::Stopping(how.clone())));
@@ -691,7 +691,12 @@ impl<'p> Watch<'p> {
             let read_spec = wants_spec && !self.proof.watching();
             // one attempt never outlasts the whole proof budget
             let timeout = self.probe_timeout.max(Duration::from_secs(30)).min(self.set.generate_timeout);
-            out.push(Action::Generate { spec, timeout, tokens: crate::proof::proof_tokens(wants_spec), read_spec });
+            out.push(Action::Generate {
+                spec,
+                timeout,
+                tokens: crate::sources::proof::proof_tokens(wants_spec),
+                read_spec,
+            });
         }
     }
 
@@ -702,7 +707,7 @@ impl<'p> Watch<'p> {
             .last_gpu
             .as_ref()
             .filter(|h| h.total_mib > 0)
-            .map(|h| format!("GPU {}", crate::gpu::describe(&h.per_gpu)));
+            .map(|h| format!("GPU {}", crate::sources::gpu::describe(&h.per_gpu)));
         let probe = match (&self.last_probe, gpu) {
             (Some((_, n)), Some(g)) => Some(format!("{n} · {g}")),
             (Some((_, n)), None) => Some(n.clone()),

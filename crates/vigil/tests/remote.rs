@@ -516,7 +516,9 @@ fn e2e_remote_multi_node_and_fleet() {
     std::os::unix::fs::symlink(e.models.join("tiny.gguf"), d.path("bad0.gguf")).unwrap();
     std::os::unix::fs::symlink(e.models.join("truncated.gguf"), d.path("bad1.gguf")).unwrap();
     // rank r listens on port PREFIX·10 + r: one template, `--port PREFIX{node_rank}`, for both ranks
-    let prefix = (2003u32..6000)
+    // the scan starts at a place of this process's own: two test runs at once (two checkouts) would
+    // otherwise both find the first free pair and collide when their servers bind
+    let prefix = (2003u32 + std::process::id() % 1200..6000)
         .find(|k: &u32| {
             let a = std::net::TcpListener::bind(("127.0.0.1", (k * 10) as u16));
             let b = std::net::TcpListener::bind(("127.0.0.1", (k * 10 + 1) as u16));

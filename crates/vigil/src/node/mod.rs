@@ -159,13 +159,7 @@ pub trait Node {
     async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError>;
     /// The handle of a run on the node: its log and exit status, process, health URL (with `probe`; the
     /// path of `server`'s profile when given), secrets.
-    async fn attach(
-        &self,
-        run: &str,
-        server: Option<&str>,
-        probe: bool,
-        profiles: &Profiles,
-    ) -> Result<RunHandle, CliError>;
+    async fn attach(&self, run: &str, server: Option<&str>, probe: bool, p: &Profiles) -> Result<RunHandle, CliError>;
     /// Resolves when the run's server exits; how it ended.
     async fn wait_exit(&self, run: &str) -> ServerEnd;
     /// Keeps the report of a run's startup with the run (local: `startup.json`).
@@ -220,14 +214,8 @@ impl Node for AnyNode {
     async fn launch(&self, l: &Launch<'_>, rep: &mut Reporter) -> Result<Launched, CliError> {
         each!(self, n => n.launch(l, rep).await)
     }
-    async fn attach(
-        &self,
-        run: &str,
-        server: Option<&str>,
-        probe: bool,
-        profiles: &Profiles,
-    ) -> Result<RunHandle, CliError> {
-        each!(self, n => n.attach(run, server, probe, profiles).await)
+    async fn attach(&self, run: &str, server: Option<&str>, probe: bool, p: &Profiles) -> Result<RunHandle, CliError> {
+        each!(self, n => n.attach(run, server, probe, p).await)
     }
     async fn wait_exit(&self, run: &str) -> ServerEnd {
         each!(self, n => n.wait_exit(run).await)

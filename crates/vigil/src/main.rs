@@ -141,32 +141,8 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         Cmd::Logs { name, follow, lines } => block_on(commands::logs(&Nodes::Local, name, follow, lines))?,
         Cmd::Dump { name, pid, json } => block_on(commands::dump(&Nodes::Local, name, pid, json))?,
         Cmd::Ps { json } => block_on(commands::ps(&Nodes::Local, json, &profiles))?,
-        Cmd::Gpu { json } => {
-            let reader = match sources::gpu::Reader::open() {
-                Ok(r) => r,
-                Err(e) => {
-                    crate::sinks::report::out_line(&e);
-                    return Ok(Exit::Ready);
-                }
-            };
-            let s = reader.sample().map_err(CliError::Internal)?;
-            let cmdlines = s
-                .procs
-                .iter()
-                .filter_map(|p| Some((p.pid, crate::sources::follow::cmdline(p.pid)?.join(" "))))
-                .collect();
-            crate::sinks::tables::gpu(&s, &cmdlines, crate::state::now_ms(), json);
-            Ok(Exit::Ready)
-        }
-        Cmd::Watch { name, proof, json } => {
-            let (dir, rec) = node::run::load(&name)?;
-            let mut w = supervise::wait::Args::new();
-            proof.apply(&mut w);
-            w.watch = true;
-            w.json = json;
-            w.take(node::RunHandle::of_run(&dir, &rec, &profiles, true));
-            Ok(block_on(supervise::wait::run(w, profiles))??.code)
-        }
+        Cmd::Gpu { json } => commands::gpu(json),
+        Cmd::Watch { name, proof, json } => block_on(commands::watch(&name, proof.into_watch(json), profiles))?,
         Cmd::Probe { name, url, log, generate, timeout, server, tls } => {
             let k = commands::kprobe::Args { name, url, log, generate, timeout, server, tls: tls.into() };
             block_on(commands::kprobe::run(k, &profiles))?

@@ -43,6 +43,15 @@ impl From<TlsFlags> for tls::TlsOpts {
 }
 
 impl ProofFlags {
+    /// `vigil watch NAME`'s settings: the proof flags, watching after ready.
+    pub fn into_watch(self, json: bool) -> wait::Args {
+        let mut w = wait::Args::new();
+        self.apply(&mut w);
+        w.watch = true;
+        w.json = json;
+        w
+    }
+
     pub fn apply(&self, w: &mut wait::Args) {
         w.generate = !self.no_generate;
         w.generate_timeout = self.generate_timeout;

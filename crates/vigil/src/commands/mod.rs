@@ -257,6 +257,29 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, 
     up(&Nodes::Local, Some(node), a, argv, profiles).await
 }
 
+/// `vigil watch NAME`: the watch of a run of `vigil up` on this machine, kept after ready.
+pub async fn watch(name: &str, mut w: crate::supervise::wait::Args, profiles: Profiles) -> Result<Exit, CliError> {
+    let (dir, rec) = crate::node::run::load(name)?;
+    w.take(crate::node::RunHandle::of_run(&dir, &rec, &profiles, true));
+    Ok(crate::supervise::wait::run(w, profiles).await?.code)
+}
+
+/// `vigil gpu`: what the GPUs hold now, by process (their command lines redacted).
+pub fn gpu(json: bool) -> Result<Exit, CliError> {
+    let reader = match crate::sources::gpu::Reader::open() {
+        Ok(r) => r,
+        Err(e) => {
+            crate::sinks::report::out_line(&e);
+            return Ok(Exit::Ready);
+        }
+    };
+    let s = reader.sample().map_err(CliError::Internal)?;
+    let cmdlines =
+        s.procs.iter().filter_map(|p| Some((p.pid, crate::sources::follow::cmdline(p.pid)?.join(" ")))).collect();
+    crate::sinks::tables::gpu(&s, &cmdlines, crate::state::now_ms(), json);
+    Ok(Exit::Ready)
+}
+
 /// `vigil wait`: watches a server to a verdict: what the flags name, or the run NAME of `vigil up` on this
 /// machine or one host. Several hosts are a fleet or a multi-node server (`hosts::wait`).
 pub async fn wait(

@@ -5,18 +5,18 @@
 // check (the preflight), sources (facts), the base (error, exit, signals, state); sinks beside them. Every
 // module is named by its folder path: no crate-root aliases.
 mod check;
-mod commands;
-mod node;
-mod sinks;
-mod sources;
-mod supervise;
 mod cli;
+mod commands;
 mod error;
 mod exit;
 mod help;
+mod node;
 mod settings;
 mod signals;
+mod sinks;
+mod sources;
 mod state;
+mod supervise;
 use signals::install_interrupt_handlers;
 
 use clap::{CommandFactory, Parser};

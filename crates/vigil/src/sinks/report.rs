@@ -1,5 +1,8 @@
 //! Reporters: a live status line on a TTY, plain lines otherwise, JSON lines with `--json`.
 //! Every string printed passes through the redactor: secret values never reach the output.
+//! A reporter writes into a writer it owns: stdout, or a buffer ([`Reporter::to_writer`]), so the human
+//! output of a list of events is rendered in tests (`tests` below: snapshots of the plain text). It is
+//! the last of a watch's sinks (`sinks::sink::Sink`).
 
 use crate::sinks::events::WatchEvent;
 use std::io::Write;
@@ -17,6 +20,8 @@ pub enum Mode {
 
 pub struct Reporter {
     pub mode: Mode,
+    /// Where lines go: stdout, or a buffer in tests (a closed stdout is not an error).
+    out: Box<dyn Write + Send>,
     color: bool,
     redactor: crate::sinks::redact::Redactor,
     live_len: usize,
@@ -46,8 +51,14 @@ impl Reporter {
             Mode::Plain
         };
         let color = mode == Mode::Tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        Reporter::to_writer(mode, color, Box::new(std::io::stdout()))
+    }
+
+    /// A reporter in `mode` that writes into `out` (`color`: ANSI colors, TTY mode only).
+    pub fn to_writer(mode: Mode, color: bool, out: Box<dyn Write + Send>) -> Reporter {
         Reporter {
             mode,
+            out,
             color,
             redactor: crate::sinks::redact::Redactor::default(),
             live_len: 0,
@@ -86,11 +97,11 @@ impl Reporter {
         self.redactor.redact(s)
     }
 
-    fn clear_live(&mut self, o: &mut impl Write) {
-        if self.live_len > 0 {
-            let _ = write!(o, "\r\x1b[2K");
-            self.live_len = 0;
-        }
+    /// Writes `s` in one call (after clearing the live line, when one is drawn) and flushes.
+    fn write_out(&mut self, s: &str) {
+        let clear = if std::mem::take(&mut self.live_len) > 0 { "\r\x1b[2K" } else { "" };
+        let _ = self.out.write_all(format!("{clear}{s}\n").as_bytes());
+        let _ = self.out.flush();
     }
 
     fn print(&mut self, s: &str) {
@@ -100,10 +111,7 @@ impl Reporter {
             None => s.to_string(),
         };
         let s = self.redact(&s);
-        let mut o = std::io::stdout().lock();
-        self.clear_live(&mut o);
-        let _ = writeln!(o, "{s}");
-        let _ = o.flush();
+        self.write_out(&s);
     }
 
     /// A plain output line (redacted; a closed stdout is not an error).
@@ -170,9 +178,8 @@ impl Reporter {
             }
         }
         let s = self.redact(&v.to_string());
-        let mut o = std::io::stdout().lock();
-        let _ = writeln!(o, "{s}");
-        let _ = o.flush();
+        let _ = self.out.write_all(format!("{s}\n").as_bytes());
+        let _ = self.out.flush();
     }
 
     fn paint(&self, s: &str, code: &str) -> String {
@@ -299,9 +306,8 @@ impl Reporter {
                 let s = self.redact(&s);
                 let width = terminal_width().saturating_sub(1).max(20);
                 let shown: String = s.chars().take(width).collect();
-                let mut o = std::io::stdout().lock();
-                let _ = write!(o, "\r\x1b[2K{shown}");
-                let _ = o.flush();
+                let _ = self.out.write_all(format!("\r\x1b[2K{shown}").as_bytes());
+                let _ = self.out.flush();
                 self.live_len = shown.len();
             }
             Mode::Plain if self.last_heartbeat.elapsed() >= self.heartbeat_every => {
@@ -336,6 +342,33 @@ impl Reporter {
                 }
             }
         }
+    }
+}
+
+/// The reporter is the last sink a watch tells: what people (or `--json` readers) see of each call.
+impl crate::sinks::sink::Sink for Reporter {
+    fn note(&mut self, t_ms: u64, msg: &str) {
+        Reporter::note(self, t_ms, msg);
+    }
+
+    fn echo(&mut self, t_ms: u64, line: &str) {
+        Reporter::echo(self, t_ms, line);
+    }
+
+    fn emit(&mut self, t_ms: Option<u64>, ev: &WatchEvent<'_>) {
+        Reporter::emit(self, t_ms, ev);
+    }
+
+    fn event(&mut self, t_ms: u64, ev: &Event) {
+        Reporter::event(self, t_ms, ev);
+    }
+
+    fn live(&mut self, t_ms: u64, j: &Judge, server: Option<&str>, probe: Option<&str>) {
+        Reporter::live(self, t_ms, j, server, probe);
+    }
+
+    fn verdict(&mut self, t_ms: u64, r: &Report) {
+        Reporter::verdict(self, t_ms, r, None);
     }
 }
 

@@ -523,7 +523,7 @@ mod tests {
         Note(u64, &'static str),
         Emit(u64, WatchEvent<'static>),
         Event(u64, Event),
-        Verdict(u64, Report),
+        Verdict(u64, Box<Report>),
     }
 
     fn render(r: &mut Reporter, told: Vec<Told>) {
@@ -603,7 +603,7 @@ mod tests {
                     },
                 ),
                 Told::Event(83_400, phase(Phase::Http, Phase::Serving)),
-                Told::Verdict(83_400, ready),
+                Told::Verdict(83_400, Box::new(ready)),
             ],
         );
         let want = concat!(
@@ -659,7 +659,7 @@ mod tests {
                         went_on: "Capturing batches (bs=16)".into(),
                     },
                 ),
-                Told::Verdict(61_700, crashed),
+                Told::Verdict(61_700, Box::new(crashed)),
             ],
         );
         let want = concat!(
@@ -757,7 +757,7 @@ mod tests {
                 ),
                 Told::Event(713_840, Event::Evidence(Box::new(ev))),
                 Told::Event(713_900, Event::OnStall(kept)),
-                Told::Verdict(713_900, stalled),
+                Told::Verdict(713_900, Box::new(stalled)),
             ],
         );
         let want = concat!(

@@ -4,6 +4,8 @@
 //! - `state.json` written by the keeper: keeper pid, server pid/pgid, start, exit status and signal
 //! - `events.jsonl` the keeper's stop actions (signals sent, when)
 //! - `stop.json`  a stop request (grace) from `down`
+//! - `verdict.json` every verdict a watch of the run reaches, and the report of an orderly stop
+//!   ([`VerdictFile`], one of the watch's sinks; `status` reads it)
 //! - `startup.json` the verdict and per-phase durations of the last startup (baselines)
 //! - `server.log` (+ `.1`, `.2` …) the server's stdout and stderr, secrets redacted
 //!
@@ -101,6 +103,20 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CliError> {
 pub fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), CliError> {
     let s = serde_json::to_vec_pretty(v).map_err(|e| CliError::Internal(e.to_string()))?;
     write_atomic(path, &s)
+}
+
+/// The run's `verdict.json` as a sink of its watch: every verdict, and the report of an orderly stop.
+/// A file that cannot be written is not an error of the watch.
+pub struct VerdictFile(pub PathBuf);
+
+impl crate::sinks::sink::Sink for VerdictFile {
+    fn verdict(&mut self, _t_ms: u64, r: &vigil_core::Report) {
+        let _ = write_json(&self.0, r);
+    }
+
+    fn stopped(&mut self, r: &vigil_core::Report) {
+        let _ = write_json(&self.0, r);
+    }
 }
 
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {

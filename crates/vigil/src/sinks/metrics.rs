@@ -8,7 +8,8 @@
 //! The exposition is written here, not by a client library, because both formats are needed: the
 //! classic text format 0.0.4 (what `promtool check metrics` reads) and OpenMetrics 1.0 (what
 //! Prometheus asks for first); the `Accept` header chooses. Values are computed at scrape time (time
-//! in phase), so they never freeze while vigil runs.
+//! in phase), so they never freeze while vigil runs. A watch tells its `Metrics` as a `sinks::sink::Sink`
+//! (gauges from the judge, probe latencies, the verdict).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -315,6 +316,24 @@ pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
         return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], p)));
     }
     s.parse().map_err(|_| format!("--metrics: bad address '{s}' (PORT or HOST:PORT)"))
+}
+
+/// The watch's gauges: the judge's phase and verdict after each input, probe latencies, the verdict.
+impl crate::sinks::sink::Sink for Metrics {
+    fn gauges(&mut self, j: &vigil_core::Judge, server: Option<&str>, v: Verdict) {
+        if let Some(s) = server {
+            self.set_server(s);
+        }
+        self.update(j.phase(), Duration::from_millis(j.in_phase_ms().unwrap_or(0)), v);
+    }
+
+    fn probe_latency(&mut self, latency: Duration) {
+        Metrics::probe_latency(self, latency.as_secs_f64());
+    }
+
+    fn verdict(&mut self, _t_ms: u64, r: &vigil_core::Report) {
+        self.set_verdict(r.verdict);
+    }
 }
 
 #[cfg(test)]

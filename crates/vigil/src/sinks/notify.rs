@@ -2,13 +2,29 @@
 //! unit), send `STATUS=` on phase changes and on every verdict, `EXTEND_TIMEOUT_USEC=` while startup is
 //! alive by vigil's own judgement, `READY=1` only at the ready verdict, `WATCHDOG=1` while healthy (when
 //! `WATCHDOG_USEC` is set and `WATCHDOG_PID`, if set, is vigil's pid), and `STOPPING=1` when the watch
-//! ends in order.
+//! ends in order. The machine's messages are [`Notify`]; the [`Notifier`] follows them as a
+//! `sinks::sink::Sink`.
 //!
 //! These variables are vigil's, not the server's: `up` removes them from the environment it records
 //! and passes on ([`NOTIFY_VARS`]).
 
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
+
+/// A message for systemd (when vigil runs under it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notify {
+    Status(String),
+    /// A healthy probe while watching (the watchdog).
+    Healthy,
+    /// The watch ends in order.
+    Stopping(String),
+    /// While starting: how long vigil still gives the startup; `now`: the phase changed.
+    Extend {
+        left: Duration,
+        now: bool,
+    },
+}
 
 /// The service manager's variables addressed to vigil itself: never passed to the server, never stored
 /// in a run record (a `restart` would otherwise replay a dead socket path or another unit's watchdog).
@@ -86,5 +102,34 @@ impl Notifier {
         }
         self.last_watchdog = Some(Instant::now());
         self.send("WATCHDOG=1");
+    }
+}
+
+/// systemd follows the watch: the machine's messages, `READY=1` or the bad verdict's `STATUS=`, and
+/// `STOPPING=1` when the watch ends in order.
+impl crate::sinks::sink::Sink for Notifier {
+    fn notify(&mut self, n: &Notify) {
+        match n {
+            Notify::Status(s) => self.status(s),
+            Notify::Healthy => self.healthy(),
+            Notify::Extend { left, now } => self.extend(*left, *now),
+            Notify::Stopping(_) => {} // told through `stopping`
+        }
+    }
+
+    fn verdict(&mut self, _t_ms: u64, r: &vigil_core::Report) {
+        if r.verdict == vigil_core::Verdict::Ready {
+            self.ready(&format!(
+                "ready{}",
+                r.degraded.as_ref().map(|d| format!(" (degraded: {d})")).unwrap_or_default()
+            ));
+        } else {
+            let cause = r.cause.map(|c| format!(" ({c})")).unwrap_or_default();
+            self.status(&format!("{}{cause} in {}", r.verdict, r.phase));
+        }
+    }
+
+    fn stopping(&mut self, why: &str) {
+        self.send(&format!("STOPPING=1\nSTATUS=stopping: {}", why.replace('\n', " ")));
     }
 }

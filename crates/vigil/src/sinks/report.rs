@@ -1,5 +1,8 @@
 //! Reporters: a live status line on a TTY, plain lines otherwise, JSON lines with `--json`.
 //! Every string printed passes through the redactor: secret values never reach the output.
+//! A reporter writes into a writer it owns: stdout, or a buffer ([`Reporter::to_writer`]), so the human
+//! output of a list of events is rendered in tests (`tests` below: snapshots of the plain text). It is
+//! the last of a watch's sinks (`sinks::sink::Sink`).
 
 use crate::sinks::events::WatchEvent;
 use std::io::Write;
@@ -17,6 +20,8 @@ pub enum Mode {
 
 pub struct Reporter {
     pub mode: Mode,
+    /// Where lines go: stdout, or a buffer in tests (a closed stdout is not an error).
+    out: Box<dyn Write + Send>,
     color: bool,
     redactor: crate::sinks::redact::Redactor,
     live_len: usize,
@@ -46,8 +51,14 @@ impl Reporter {
             Mode::Plain
         };
         let color = mode == Mode::Tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        Reporter::to_writer(mode, color, Box::new(std::io::stdout()))
+    }
+
+    /// A reporter in `mode` that writes into `out` (`color`: ANSI colors, TTY mode only).
+    pub fn to_writer(mode: Mode, color: bool, out: Box<dyn Write + Send>) -> Reporter {
         Reporter {
             mode,
+            out,
             color,
             redactor: crate::sinks::redact::Redactor::default(),
             live_len: 0,
@@ -86,11 +97,11 @@ impl Reporter {
         self.redactor.redact(s)
     }
 
-    fn clear_live(&mut self, o: &mut impl Write) {
-        if self.live_len > 0 {
-            let _ = write!(o, "\r\x1b[2K");
-            self.live_len = 0;
-        }
+    /// Writes `s` in one call (after clearing the live line, when one is drawn) and flushes.
+    fn write_out(&mut self, s: &str) {
+        let clear = if std::mem::take(&mut self.live_len) > 0 { "\r\x1b[2K" } else { "" };
+        let _ = self.out.write_all(format!("{clear}{s}\n").as_bytes());
+        let _ = self.out.flush();
     }
 
     fn print(&mut self, s: &str) {
@@ -100,10 +111,7 @@ impl Reporter {
             None => s.to_string(),
         };
         let s = self.redact(&s);
-        let mut o = std::io::stdout().lock();
-        self.clear_live(&mut o);
-        let _ = writeln!(o, "{s}");
-        let _ = o.flush();
+        self.write_out(&s);
     }
 
     /// A plain output line (redacted; a closed stdout is not an error).
@@ -170,9 +178,8 @@ impl Reporter {
             }
         }
         let s = self.redact(&v.to_string());
-        let mut o = std::io::stdout().lock();
-        let _ = writeln!(o, "{s}");
-        let _ = o.flush();
+        let _ = self.out.write_all(format!("{s}\n").as_bytes());
+        let _ = self.out.flush();
     }
 
     fn paint(&self, s: &str, code: &str) -> String {
@@ -299,9 +306,8 @@ impl Reporter {
                 let s = self.redact(&s);
                 let width = terminal_width().saturating_sub(1).max(20);
                 let shown: String = s.chars().take(width).collect();
-                let mut o = std::io::stdout().lock();
-                let _ = write!(o, "\r\x1b[2K{shown}");
-                let _ = o.flush();
+                let _ = self.out.write_all(format!("\r\x1b[2K{shown}").as_bytes());
+                let _ = self.out.flush();
                 self.live_len = shown.len();
             }
             Mode::Plain if self.last_heartbeat.elapsed() >= self.heartbeat_every => {
@@ -336,6 +342,33 @@ impl Reporter {
                 }
             }
         }
+    }
+}
+
+/// The reporter is the last sink a watch tells: what people (or `--json` readers) see of each call.
+impl crate::sinks::sink::Sink for Reporter {
+    fn note(&mut self, t_ms: u64, msg: &str) {
+        Reporter::note(self, t_ms, msg);
+    }
+
+    fn echo(&mut self, t_ms: u64, line: &str) {
+        Reporter::echo(self, t_ms, line);
+    }
+
+    fn emit(&mut self, t_ms: Option<u64>, ev: &WatchEvent<'_>) {
+        Reporter::emit(self, t_ms, ev);
+    }
+
+    fn event(&mut self, t_ms: u64, ev: &Event) {
+        Reporter::event(self, t_ms, ev);
+    }
+
+    fn live(&mut self, t_ms: u64, j: &Judge, server: Option<&str>, probe: Option<&str>) {
+        Reporter::live(self, t_ms, j, server, probe);
+    }
+
+    fn verdict(&mut self, t_ms: u64, r: &Report) {
+        Reporter::verdict(self, t_ms, r, None);
     }
 }
 
@@ -416,4 +449,415 @@ pub fn summary(r: &Report, file: Option<&str>, paint: impl Fn(&str, &str) -> Str
         }
     }
     out.join("\n")
+}
+
+/// Snapshots of the human output: event lists rendered in plain mode (no color, fixed times) into a
+/// buffer, compared with the exact text a person reads.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sinks::sink::Sink;
+    use std::sync::{Arc, Mutex};
+    use vigil_core::evidence::{Evidence, ProcEvidence};
+    use vigil_core::judge::TimelineEntry;
+    use vigil_core::policy::{OnStall, StallAction};
+    use vigil_core::{Cause, Phase};
+
+    /// A writer the test keeps a handle on.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn plain() -> (Reporter, Buf) {
+        let b = Buf::default();
+        (Reporter::to_writer(Mode::Plain, false, Box::new(b.clone())), b)
+    }
+
+    fn phase(from: Phase, to: Phase) -> Event {
+        Event::Phase { phase: to, from, at_ms: None, laggards: vec![], usual_ms: None, eta_ms: None }
+    }
+
+    fn tl(phase: Phase, at_ms: u64, duration_ms: Option<u64>) -> TimelineEntry {
+        TimelineEntry { phase, at_ms: Some(at_ms), duration_ms, median_ms: None }
+    }
+
+    fn report(verdict: Verdict, phase: Phase) -> Report {
+        Report {
+            verdict,
+            phase,
+            cause: None,
+            server: Some("vllm".into()),
+            hint: None,
+            detail: None,
+            evidence: vec![],
+            last_lines: vec![],
+            timeline: vec![],
+            laggards: vec![],
+            progress: None,
+            exit: None,
+            elapsed_ms: None,
+            degraded: None,
+            baseline: None,
+            slow: vec![],
+            changes: vec![],
+        }
+    }
+
+    /// What a watch's executor does with each item, through the `Sink` trait.
+    enum Told {
+        Note(u64, &'static str),
+        Emit(u64, WatchEvent<'static>),
+        Event(u64, Event),
+        Verdict(u64, Box<Report>),
+    }
+
+    fn render(r: &mut Reporter, told: Vec<Told>) {
+        let s: &mut dyn Sink = r;
+        for t in told {
+            match t {
+                Told::Note(t, m) => s.note(t, m),
+                Told::Emit(t, e) => s.emit(Some(t), &e),
+                Told::Event(t, e) => s.event(t, &e),
+                Told::Verdict(t, rep) => s.verdict(t, &rep),
+            }
+        }
+    }
+
+    #[test]
+    fn a_good_start() {
+        let (mut r, out) = plain();
+        let mut ready = report(Verdict::Ready, Phase::Serving);
+        ready.elapsed_ms = Some(83_400);
+        ready.timeline = vec![
+            tl(Phase::Launch, 0, Some(2_100)),
+            tl(Phase::Weights, 2_100, Some(41_300)),
+            tl(Phase::KvCache, 43_400, Some(6_900)),
+            tl(Phase::CudaGraphs, 50_300, Some(29_800)),
+            tl(Phase::Http, 80_100, Some(3_300)),
+            tl(Phase::Serving, 83_400, None),
+        ];
+        let mut weights = phase(Phase::Launch, Phase::Weights);
+        if let Event::Phase { usual_ms, eta_ms, .. } = &mut weights {
+            (*usual_ms, *eta_ms) = (Some(40_000), Some(81_000));
+        }
+        render(
+            &mut r,
+            vec![
+                Told::Emit(
+                    0,
+                    WatchEvent::Start {
+                        url: None,
+                        log: Some("/runs/a/server.log"),
+                        pid: Some(42),
+                        server: None,
+                        remote_run: None,
+                    },
+                ),
+                Told::Note(0, "GPU readings: NVML"),
+                Told::Emit(
+                    0,
+                    WatchEvent::Launched {
+                        name: "a",
+                        pid: 42,
+                        keeper_pid: 41,
+                        run_dir: Some("/runs/a".into()),
+                        on: None,
+                        log: Some("/runs/a/server.log".into()),
+                    },
+                ),
+                Told::Emit(1_250, WatchEvent::Detected { server: "vllm", line: None }),
+                Told::Event(2_100, weights),
+                Told::Event(
+                    9_000,
+                    Event::Progress {
+                        phase: Phase::Weights,
+                        progress: vigil_core::judge::Progress { k: 3, n: 8, detail: None },
+                        eta_ms: None,
+                    },
+                ),
+                Told::Event(43_400, phase(Phase::Weights, Phase::KvCache)),
+                Told::Event(50_300, phase(Phase::KvCache, Phase::CudaGraphs)),
+                Told::Event(80_100, phase(Phase::CudaGraphs, Phase::Http)),
+                Told::Emit(
+                    83_000,
+                    WatchEvent::Probe {
+                        outcome: vigil_core::ProbeOutcome::Ok,
+                        status: Some(200),
+                        latency_ms: 3,
+                        note: "",
+                    },
+                ),
+                Told::Event(83_400, phase(Phase::Http, Phase::Serving)),
+                Told::Verdict(83_400, Box::new(ready)),
+            ],
+        );
+        let want = concat!(
+            "[  0.00s] GPU readings: NVML\n",
+            "[  0.00s] launched 'a': server pid 42, keeper pid 41, log /runs/a/server.log\n",
+            "[  1.25s] server kind: vllm\n",
+            "[  2.10s] phase launch → weights  (usually 40s, ready in ~1m21s)\n",
+            "[ 43.40s] phase weights → kv_cache\n",
+            "[ 50.30s] phase kv_cache → cuda_graphs\n",
+            "[ 80.10s] phase cuda_graphs → http\n",
+            "[ 83.40s] phase http → serving\n",
+            "vigil: READY after 1m23s (vllm)\n",
+            "  timeline: launch 2.1s → weights 41s → kv_cache 6.9s → cuda_graphs 29s → http 3.3s → serving ?\n",
+        );
+        assert_eq!(out.text(), want);
+    }
+
+    #[test]
+    fn a_crash_with_its_cause_and_evidence() {
+        let (mut r, out) = plain();
+        let mut crashed = report(Verdict::Crashed, Phase::CudaGraphs);
+        crashed.cause = Some(Cause::GpuOom);
+        crashed.elapsed_ms = Some(61_700);
+        crashed.hint = Some(
+            "out of GPU memory during graph capture/compile: lower the memory fraction (--mem-fraction-static / \
+             --gpu-memory-utilization) or the CUDA-graph max batch size"
+                .into(),
+        );
+        crashed.detail = Some("the server exited with status 1".into());
+        crashed.timeline = vec![
+            tl(Phase::Launch, 0, Some(1_900)),
+            tl(Phase::Weights, 1_900, Some(38_000)),
+            tl(Phase::KvCache, 39_900, Some(7_400)),
+            tl(Phase::CudaGraphs, 47_300, None),
+        ];
+        crashed.evidence = vec![
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 672.00 MiB.".into(),
+            "GPU 0 has a total capacity of 79.19 GiB of which 200.75 MiB is free.".into(),
+        ];
+        // with evidence, the last lines are not shown
+        crashed.last_lines = vec!["INFO last line".into()];
+        render(
+            &mut r,
+            vec![
+                Told::Event(1_900, phase(Phase::Launch, Phase::Weights)),
+                Told::Event(39_900, phase(Phase::Weights, Phase::KvCache)),
+                Told::Event(47_300, phase(Phase::KvCache, Phase::CudaGraphs)),
+                Told::Event(
+                    61_000,
+                    Event::Retried {
+                        phase: Phase::CudaGraphs,
+                        error: "RuntimeError: NCCL timeout".into(),
+                        went_on: "Capturing batches (bs=16)".into(),
+                    },
+                ),
+                Told::Verdict(61_700, Box::new(crashed)),
+            ],
+        );
+        let want = concat!(
+            "[  1.90s] phase launch → weights\n",
+            "[ 39.90s] phase weights → kv_cache\n",
+            "[ 47.30s] phase kv_cache → cuda_graphs\n",
+            "[ 61.00s] retried in cuda_graphs: `RuntimeError: NCCL timeout`, then `Capturing batches (bs=16)`\n",
+            "vigil: CRASHED in cuda_graphs — cause gpu_oom after 1m01s (vllm)\n",
+            "  detail: the server exited with status 1\n",
+            "  hint: out of GPU memory during graph capture/compile: lower the memory fraction (--mem-fraction-static / \
+             --gpu-memory-utilization) or the CUDA-graph max batch size\n",
+            "  timeline: launch 1.9s → weights 38s → kv_cache 7.4s → cuda_graphs ?\n",
+            "  evidence:\n",
+            "    | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 672.00 MiB.\n",
+            "    | GPU 0 has a total capacity of 79.19 GiB of which 200.75 MiB is free.\n",
+        );
+        assert_eq!(out.text(), want);
+    }
+
+    #[test]
+    fn a_stall_with_its_evidence_event() {
+        let (mut r, out) = plain();
+        let ev = Evidence {
+            dir: "/runs/a/evidence-20250101-120000".into(),
+            procs: vec![
+                ProcEvidence {
+                    pid: 42,
+                    title: "python3 -m vllm.entrypoints.openai.api_server".into(),
+                    state: Some('S'),
+                    wchan: Some("do_epoll_wait".into()),
+                    at: "`run_engine_core` in vllm/v1/engine/core.py:390".into(),
+                    files: vec!["42.py-spy.txt".into()],
+                    notes: vec![],
+                },
+                ProcEvidence {
+                    pid: 43,
+                    title: "VllmWorker-0".into(),
+                    state: Some('R'),
+                    wchan: None,
+                    at: "`all_reduce` in torch/distributed/distributed_c10d.py:2501".into(),
+                    files: vec!["43.py-spy.txt".into()],
+                    notes: vec!["py-spy: no native frames (run as root for --native)".into()],
+                },
+                ProcEvidence {
+                    pid: 44,
+                    title: "VllmWorker-1".into(),
+                    state: Some('R'),
+                    wchan: None,
+                    at: "`all_reduce` in torch/distributed/distributed_c10d.py:2501".into(),
+                    files: vec!["44.py-spy.txt".into()],
+                    notes: vec!["py-spy: no native frames (run as root for --native)".into()],
+                },
+            ],
+            nccl_dumps: vec![],
+            notes: vec![],
+            took_ms: 1_840,
+        };
+        let mut stalled = report(Verdict::Stalled, Phase::CudaGraphs);
+        stalled.elapsed_ms = Some(712_000);
+        stalled.detail = Some(
+            "alive 11m52s, 76.0 GiB held on each of GPUs 0-1 and flat, no log line for 10m00s, last phase cuda_graphs \
+             (3/35); stall limit 10m00s"
+                .into(),
+        );
+        stalled.hint = Some(
+            "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory \
+             flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or try \
+             --disable-cuda-graph to confirm"
+                .into(),
+        );
+        stalled.timeline = vec![
+            tl(Phase::Launch, 0, Some(2_000)),
+            tl(Phase::Weights, 2_000, Some(90_000)),
+            tl(Phase::CudaGraphs, 92_000, None),
+        ];
+        let mut lines = ev.lines();
+        lines.push(format!("evidence saved in {}", ev.dir));
+        stalled.evidence = lines;
+        let mut kept = StallAction::new(OnStall::Keep, &stalled);
+        kept.pids = vec![42, 43, 44];
+        render(
+            &mut r,
+            vec![
+                Told::Event(2_000, phase(Phase::Launch, Phase::Weights)),
+                Told::Event(92_000, phase(Phase::Weights, Phase::CudaGraphs)),
+                Told::Event(
+                    700_000,
+                    Event::Slow(vigil_core::history::Slow {
+                        phase: Phase::CudaGraphs,
+                        in_phase_ms: 608_000,
+                        median_ms: 31_000,
+                        startups: 4,
+                        ratio: 19.61,
+                    }),
+                ),
+                Told::Event(713_840, Event::Evidence(Box::new(ev))),
+                Told::Event(713_900, Event::OnStall(kept)),
+                Told::Verdict(713_900, Box::new(stalled)),
+            ],
+        );
+        let want = concat!(
+            "[  2.00s] phase launch → weights\n",
+            "[ 92.00s] phase weights → cuda_graphs\n",
+            "[700.00s] slow: cuda_graphs 10m08s so far, 19.6× slower than the median 31s of 4 startups\n",
+            "[713.84s] evidence of 3 process(es) in /runs/a/evidence-20250101-120000 (1.8s):\n",
+            "            pid 42 `python3 -m vllm.entrypoints.openai.api_server`: `run_engine_core` in vllm/v1/engine/core.py:390\n",
+            "            pids 43, 44 (`VllmWorker-0` and 1 more): `all_reduce` in torch/distributed/distributed_c10d.py:2501\n",
+            "            note: py-spy: no native frames (run as root for --native)\n",
+            "[713.90s] stalled: kept the stuck server running (--on-stall keep): 3 process(es) left as they are\n",
+            "vigil: STALLED in cuda_graphs after 11m52s (vllm)\n",
+            "  detail: alive 11m52s, 76.0 GiB held on each of GPUs 0-1 and flat, no log line for 10m00s, last phase \
+             cuda_graphs (3/35); stall limit 10m00s\n",
+            "  hint: CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU \
+             memory flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or try \
+             --disable-cuda-graph to confirm\n",
+            "  timeline: launch 2.0s → weights 1m30s → cuda_graphs ?\n",
+            "  evidence:\n",
+            "    | pid 42 `python3 -m vllm.entrypoints.openai.api_server`: `run_engine_core` in vllm/v1/engine/core.py:390\n",
+            "    | pids 43, 44 (`VllmWorker-0` and 1 more): `all_reduce` in torch/distributed/distributed_c10d.py:2501\n",
+            "    | evidence saved in /runs/a/evidence-20250101-120000\n",
+        );
+        assert_eq!(out.text(), want);
+    }
+
+    /// Several hosts: each watch's reporter is tagged and shares stdout; the driver tells the least advanced
+    /// rank's phase; the end is the multi-node headline and the per-host table (`tables::fleet_text`).
+    #[test]
+    fn a_multi_node_end() {
+        use crate::sinks::events::{FleetEnd, HostLine};
+        let out = Buf::default();
+        let tagged = |host: &str, rank| {
+            let mut r = Reporter::to_writer(Mode::Tty, true, Box::new(out.clone()));
+            r.tagged(host, Some(rank));
+            r
+        };
+        let (mut a, mut b) = (tagged("node-a", 0), tagged("node-b", 1));
+        let mut driver = Reporter::to_writer(Mode::Plain, false, Box::new(out.clone()));
+        a.event(900, &phase(Phase::Launch, Phase::Weights));
+        b.event(1_200, &phase(Phase::Launch, Phase::Weights));
+        driver.emit(
+            Some(1_200),
+            &WatchEvent::MultiNodePhase { phase: Phase::Weights, slowest_rank: 1, slowest_host: "node-b" },
+        );
+        a.event(4_000, &phase(Phase::Weights, Phase::KvCache));
+        let mut crashed = report(Verdict::Crashed, Phase::Weights);
+        crashed.server = Some("llama-cpp".into());
+        crashed.cause = Some(Cause::ModelFile);
+        crashed.elapsed_ms = Some(4_300);
+        crashed.hint =
+            Some("the model file is missing, truncated or not a model: check the path and the file's size".into());
+        crashed.timeline = vec![tl(Phase::Launch, 0, Some(1_200)), tl(Phase::Weights, 1_200, None)];
+        crashed.evidence = vec!["gguf_init_from_file_impl: failed to read tensor data".into()];
+        Sink::verdict(&mut b, 4_300, &crashed);
+        driver.note(4_300, "one rank failed: stopping the other ranks (a multi-node server cannot run without them)");
+        a.note(6_100, "stopped: 1 process(es), none left");
+        // The DETAIL column here is one line; a real watch's is its whole verdict summary (see the report).
+        let host = |h: &str, rank, verdict: &str, exit, phase, detail: &str| HostLine {
+            host: h.into(),
+            rank: Some(rank),
+            verdict: verdict.into(),
+            exit,
+            phase: Some(phase),
+            detail: detail.into(),
+        };
+        let end = FleetEnd {
+            multi: true,
+            exit: 3,
+            hosts: vec![
+                host("node-a", 0, "stopped", 1, Phase::KvCache, "watch stopped: another rank failed"),
+                host("node-b", 1, "crashed", 3, Phase::Weights, "model_file in weights after 4.3s"),
+            ],
+            decider: Some(1),
+            phase: Some(Phase::Weights),
+        };
+        let mut text = out.text();
+        for l in crate::sinks::tables::fleet_text(&end, false) {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        // TTY reporters that are tagged turn plain and lose their color; a verdict's lines after the first
+        // are not tagged (they follow their tagged headline at once).
+        let want = concat!(
+            "[node-a rank 0] [  0.90s] phase launch → weights\n",
+            "[node-b rank 1] [  1.20s] phase launch → weights\n",
+            "[  1.20s] multi-node: weights (least advanced: rank 1 on node-b)\n",
+            "[node-a rank 0] [  4.00s] phase weights → kv_cache\n",
+            "[node-b rank 1] vigil: CRASHED in weights — cause model_file after 4.3s (llama-cpp)\n",
+            "  hint: the model file is missing, truncated or not a model: check the path and the file's size\n",
+            "  timeline: launch 1.2s → weights ?\n",
+            "  evidence:\n",
+            "    | gguf_init_from_file_impl: failed to read tensor data\n",
+            "[  4.30s] one rank failed: stopping the other ranks (a multi-node server cannot run without them)\n",
+            "[node-a rank 0] [  6.10s] stopped: 1 process(es), none left\n",
+            "multi-node server: CRASHED — rank 1 on node-b: model_file in weights after 4.3s\n",
+            "HOST                     RANK  VERDICT            PHASE        DETAIL\n",
+            "node-a                   0     stopped            kv_cache     watch stopped: another rank failed\n",
+            "node-b                   1     crashed            weights      model_file in weights after 4.3s\n",
+        );
+        assert_eq!(text, want);
+    }
 }

@@ -157,8 +157,17 @@ pub fn fleet(end: &FleetEnd, json: bool, quiet: bool) {
         out_line(&end.to_json().to_string());
         return;
     }
+    for l in fleet_text(end, quiet) {
+        out_line(&l);
+    }
+}
+
+/// The text of a fleet's or multi-node server's end: the headline (multi-node), then the table (not with
+/// `quiet`; a quiet fleet says nothing).
+pub fn fleet_text(end: &FleetEnd, quiet: bool) -> Vec<String> {
+    let mut out = Vec::new();
     if quiet && !end.multi {
-        return;
+        return out;
     }
     if end.multi {
         let line = match end.decider.map(|i| &end.hosts[i]) {
@@ -171,14 +180,14 @@ pub fn fleet(end: &FleetEnd, json: bool, quiet: bool) {
             ),
             None => format!("multi-node server: READY — all {} ranks ready", end.hosts.len()),
         };
-        out_line(&line);
+        out.push(line);
         if quiet {
-            return;
+            return out;
         }
     }
-    out_line(&format!("{:<24} {:<5} {:<18} {:<12} DETAIL", "HOST", "RANK", "VERDICT", "PHASE"));
+    out.push(format!("{:<24} {:<5} {:<18} {:<12} DETAIL", "HOST", "RANK", "VERDICT", "PHASE"));
     for r in &end.hosts {
-        out_line(&format!(
+        out.push(format!(
             "{:<24} {:<5} {:<18} {:<12} {}",
             r.host,
             r.rank.map_or("-".into(), |x| x.to_string()),
@@ -187,6 +196,7 @@ pub fn fleet(end: &FleetEnd, json: bool, quiet: bool) {
             r.detail
         ));
     }
+    out
 }
 
 /// `vigil profiles`: the server kinds known, with their port, health path, probe timeout and rule count.

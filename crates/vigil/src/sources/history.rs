@@ -1,9 +1,9 @@
 //! The startup history's facts (docs/history.md): the SQLite store of past startups, what a start is made
 //! of (its key and facts, gathered from the command line, the environment, the model's files and the log),
-//! the recorder that a watch feeds, and a log read offline (`history import`, `timeline`). The judgement
-//! (baseline, slow, ETA, learned stall limits, what changed) is in `vigil_core::history`; this module only
-//! gathers and stores. How history reads to people is `sinks::history`; the `history` command is
-//! `commands::history`.
+//! the recorder that a watch feeds (a `sinks::sink::Sink` too: it records the verdict), and a log read
+//! offline (`history import`, `timeline`). The judgement (baseline, slow, ETA, learned stall limits, what
+//! changed) is in `vigil_core::history`; this module only gathers and stores. How history reads to people
+//! is `sinks::history`; the `history` command is `commands::history`.
 
 use crate::error::CliError;
 use regex::Regex;
@@ -381,6 +381,13 @@ fn server_env(pid: Option<i32>) -> Vec<(String, String)> {
 }
 
 // ---------------------------------------------------------------- the recorder
+
+/// The recorder is the first sink a watch tells of its verdict: the startup is recorded (once).
+impl crate::sinks::sink::Sink for Recorder {
+    fn verdict(&mut self, _t_ms: u64, r: &Report) {
+        self.finish(r);
+    }
+}
 
 /// Gathers one startup while a watch runs, gives the judge its history, records the verdict.
 pub struct Recorder {

@@ -8,14 +8,15 @@
 //! generation, tell the sinks, save the evidence and apply the policy at a bad verdict, end).
 
 pub use super::watch::Outcome;
-use super::watch::{Action, Holder, Input, Notify, Parts, Say, Settings, Watch};
+use super::watch::{Action, Holder, Input, Parts, Say, Settings, Watch};
 use crate::error::CliError;
 use crate::exit::Exit;
 use crate::node::ServerEnd;
 use crate::sinks::events::WatchEvent;
 use crate::sinks::metrics::Metrics;
-use crate::sinks::notify::Notifier;
+use crate::sinks::notify::{Notifier, Notify};
 use crate::sinks::report::Reporter;
+use crate::sinks::sink::Sink;
 use crate::sources::follow::{self, SourceMsg};
 use crate::sources::probe::{self, ProbeResult, Target};
 use crate::sources::proof::{self, Generation};
@@ -158,42 +159,42 @@ impl Args {
     }
 }
 
-/// Where a verdict goes besides the reporter: systemd, the metrics, the run's record.
+/// The watch's sinks besides the history recorder (which the machine owns) and the reporter (which the
+/// evidence and the policy use too): the metrics, the run's verdict file, systemd. Every call goes to the
+/// recorder first, then these in this order, then the reporter ([`Sinks::each`]).
 struct Sinks {
-    notifier: Option<Notifier>,
-    metrics: Option<Metrics>,
-    verdict_file: Option<PathBuf>,
+    list: Vec<Box<dyn Sink>>,
 }
 
 impl Sinks {
-    fn verdict(&mut self, r: &Report, history: Option<&mut crate::sources::history::Recorder>) {
-        if let Some(h) = history {
-            h.finish(r);
+    fn new(metrics: Option<Metrics>, verdict_file: Option<PathBuf>, notifier: Option<Notifier>) -> Sinks {
+        let mut list: Vec<Box<dyn Sink>> = vec![];
+        if let Some(m) = metrics {
+            list.push(Box::new(m));
         }
-        if let Some(m) = &self.metrics {
-            m.set_verdict(r.verdict);
+        if let Some(p) = verdict_file {
+            list.push(Box::new(crate::node::run::VerdictFile(p)));
         }
-        if let Some(p) = &self.verdict_file {
-            let _ = crate::node::run::write_json(p, r);
+        if let Some(n) = notifier {
+            list.push(Box::new(n));
         }
-        if let Some(n) = &self.notifier {
-            if r.verdict == Verdict::Ready {
-                n.ready(&format!(
-                    "ready{}",
-                    r.degraded.as_ref().map(|d| format!(" (degraded: {d})")).unwrap_or_default()
-                ));
-            } else {
-                let cause = r.cause.map(|c| format!(" ({c})")).unwrap_or_default();
-                n.status(&format!("{}{cause} in {}", r.verdict, r.phase));
-            }
-        }
+        Sinks { list }
     }
 
-    /// The watch ends in order (a stop was asked for, or the server exited with status 0 after ready).
-    fn stopping(&self, why: &str) {
-        if let Some(n) = &self.notifier {
-            n.send(&format!("STOPPING=1\nSTATUS=stopping: {}", why.replace('\n', " ")));
+    /// Tells every sink, in order: the history recorder, the metrics, the verdict file, systemd, the reporter.
+    fn each(
+        &mut self,
+        history: Option<&mut crate::sources::history::Recorder>,
+        rep: &mut Reporter,
+        mut f: impl FnMut(&mut dyn Sink),
+    ) {
+        if let Some(h) = history {
+            f(h);
         }
+        for s in &mut self.list {
+            f(s.as_mut());
+        }
+        f(rep);
     }
 }
 
@@ -409,15 +410,22 @@ impl Io {
         foreign_holder(pid, t).map(|(holder, cmd)| Holder { port: t.port, pid: holder, cmd: self.rep.redact(&cmd) })
     }
 
+    /// Tells every sink (`Sinks::each`), with the judge and the server kind.
+    fn tell(&mut self, w: &mut Watch<'_>, mut f: impl FnMut(&mut dyn Sink, &Judge, Option<&str>)) {
+        let (history, judge, server) = w.for_sinks();
+        self.sinks.each(history, &mut self.rep, |s| f(s, judge, server));
+    }
+
     /// Executes one action; `Some` when the watch ends.
     async fn act(&mut self, w: &mut Watch<'_>, act: Action) -> Option<Result<Outcome, CliError>> {
         let t = self.ms();
         match act {
-            Action::Note(n) => self.rep.note(t, &n),
-            Action::Echo(l) => self.rep.echo(t, &l),
-            Action::Say(s) => self.say(t, &s),
-            Action::Event(e) => self.rep.event(t, &e),
-            Action::Notify(n) => self.notify(n),
+            Action::Note(n) => self.tell(w, |s, _, _| s.note(t, &n)),
+            Action::Echo(l) => self.tell(w, |s, _, _| s.echo(t, &l)),
+            Action::Say(say) => self.say(w, t, &say),
+            Action::Event(e) => self.tell(w, |s, _, _| s.event(t, &e)),
+            Action::Notify(Notify::Stopping(why)) => self.tell(w, |s, _, _| s.stopping(&why)),
+            Action::Notify(n) => self.tell(w, |s, _, _| s.notify(&n)),
             Action::Phase { rank, phase } => {
                 if let Some(tx) = &self.a.phase_tx {
                     let _ = tx.send((rank, phase));
@@ -447,22 +455,11 @@ impl Io {
                     h.abort();
                 }
             }
-            Action::ProbeLatency(l) => {
-                if let Some(m) = &self.sinks.metrics {
-                    m.probe_latency(l.as_secs_f64());
-                }
-            }
-            Action::Live { probe } => self.rep.live(t, w.judge(), w.server(), probe.as_deref()),
-            Action::Metrics(v) => update_metrics(&self.sinks.metrics, w.judge(), w.server(), v),
-            Action::Verdict(r) => {
-                self.sinks.verdict(&r, w.history_mut());
-                self.rep.verdict(t, &r, None);
-            }
-            Action::VerdictFile(r) => {
-                if let Some(p) = &self.sinks.verdict_file {
-                    let _ = crate::node::run::write_json(p, &*r);
-                }
-            }
+            Action::ProbeLatency(l) => self.tell(w, |s, _, _| s.probe_latency(l)),
+            Action::Live { probe } => self.tell(w, |s, j, server| s.live(t, j, server, probe.as_deref())),
+            Action::Metrics(v) => self.tell(w, |s, j, server| s.gauges(j, server, v)),
+            Action::Verdict(r) => self.tell(w, |s, _, _| s.verdict(t, &r)),
+            Action::VerdictFile(r) => self.tell(w, |s, _, _| s.stopped(&r)),
             Action::Conclude(r) => return Some(Ok(self.conclude(w, *r).await)),
             Action::End(o) => return Some(Ok(*o)),
             Action::Unreachable(why) => return Some(Err(CliError::Unreachable(why))),
@@ -470,7 +467,7 @@ impl Io {
         None
     }
 
-    fn say(&mut self, t: u64, s: &Say) {
+    fn say(&mut self, w: &mut Watch<'_>, t: u64, s: &Say) {
         let ev = match s {
             Say::Detected { server } => WatchEvent::Detected { server, line: None },
             Say::Probe { outcome, status, latency_ms, note } => {
@@ -486,20 +483,7 @@ impl Io {
                 WatchEvent::Stopped { how, exit_code: *exit_code, signal: *signal, requested: *requested }
             }
         };
-        self.rep.emit(Some(t), &ev);
-    }
-
-    fn notify(&mut self, n: Notify) {
-        if let Notify::Stopping(why) = &n {
-            return self.sinks.stopping(why);
-        }
-        let Some(to) = &mut self.sinks.notifier else { return };
-        match n {
-            Notify::Status(s) => to.status(&s),
-            Notify::Healthy => to.healthy(),
-            Notify::Extend { left, now } => to.extend(left, now),
-            Notify::Stopping(_) => {}
-        }
+        self.tell(w, |s, _, _| s.emit(Some(t), &ev));
     }
 
     /// A verdict that ends the watch (not ready): where every process of a stuck server is (issue #17),
@@ -529,9 +513,9 @@ impl Io {
             (None, Some(rw)) => crate::supervise::policy::on_verdict_remote(&mut self.rep, ms(), &mut r, a, rw).await,
             _ => crate::supervise::policy::on_verdict(&mut self.rep, ms(), &mut r, a, port).await,
         }
-        update_metrics(&self.sinks.metrics, w.judge(), w.server(), r.verdict);
-        self.sinks.verdict(&r, w.history_mut());
-        self.rep.verdict(ms(), &r, None);
+        self.tell(w, |s, j, server| s.gauges(j, server, r.verdict));
+        let t = ms();
+        self.tell(w, |s, _, _| s.verdict(t, &r));
         Outcome::verdict(Exit::for_verdict(r.verdict), r)
     }
 }
@@ -671,7 +655,7 @@ fn start<'p>(
     for n in std::mem::take(&mut history.notes) {
         rep.note(0, &n);
     }
-    let sinks = Sinks { notifier, metrics: metrics.clone(), verdict_file: a.verdict_file.clone() };
+    let sinks = Sinks::new(metrics.clone(), a.verdict_file.clone(), notifier);
     let engine_metrics = forced.as_ref().and_then(|p| p.metrics.clone());
     let sources = Sources::start(&a, &target, engine_metrics, probe_timeout, &bearer, history.compilers(), &mut rep)?;
     let tree_watch = vigil_core::TreeWatch::new(forced.as_ref().map(|p| p.engine_titles.clone()).unwrap_or_default());
@@ -734,15 +718,6 @@ fn start<'p>(
 
 fn server_name_for_metrics(p: &Option<vigil_core::profile::Profile>) -> Option<&str> {
     p.as_ref().map(|p| p.name.as_str())
-}
-
-fn update_metrics(m: &Option<Metrics>, j: &Judge, server: Option<&str>, v: Verdict) {
-    if let Some(m) = m {
-        if let Some(s) = server {
-            m.set_server(s);
-        }
-        m.update(j.phase(), Duration::from_millis(j.in_phase_ms().unwrap_or(0)), v);
-    }
 }
 
 /// The process listening on a loopback target's port, when it is not `pid` or one of its descendants.

@@ -11,6 +11,7 @@
 
 use crate::exit::Exit;
 use crate::node::ServerEnd;
+use crate::sinks::notify::Notify;
 use crate::sources::follow::SourceMsg;
 use crate::sources::gpu::Held;
 use crate::sources::probe::ProbeResult;
@@ -96,21 +97,6 @@ pub enum Say {
     Disconnected,
     Reconnected { to: String, down_ms: u64, log_offset: u64 },
     Stopped { how: String, exit_code: Option<i32>, signal: Option<i32>, requested: bool },
-}
-
-/// A message for systemd (when vigil runs under it).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Notify {
-    Status(String),
-    /// A healthy probe while watching (the watchdog).
-    Healthy,
-    /// The watch ends in order.
-    Stopping(String),
-    /// While starting: how long vigil still gives the startup; `now`: the phase changed.
-    Extend {
-        left: Duration,
-        now: bool,
-    },
 }
 
 /// What the I/O loop does, in order.
@@ -293,16 +279,9 @@ impl<'p> Watch<'p> {
         }
     }
 
-    pub fn judge(&self) -> &Judge {
-        &self.judge
-    }
-
-    pub fn server(&self) -> Option<&str> {
-        self.server.as_deref()
-    }
-
-    pub fn history_mut(&mut self) -> Option<&mut crate::sources::history::Recorder> {
-        self.history.as_mut()
+    /// What the sinks are told with: the history recorder (the first sink), the judge and the server kind.
+    pub fn for_sinks(&mut self) -> (Option<&mut crate::sources::history::Recorder>, &Judge, Option<&str>) {
+        (self.history.as_mut(), &self.judge, self.server.as_deref())
     }
 
     /// The log source is still open (the loop stops reading it once it ended).

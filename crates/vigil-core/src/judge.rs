@@ -1324,7 +1324,7 @@ fn stall_hint(p: Phase) -> &'static str {
     match p {
         Phase::DistInit => "stuck in distributed init: a rank or node did not join (NCCL/TCP store); check every node is up and NCCL_SOCKET_IFNAME",
         Phase::Weights | Phase::DraftWeights => "weight loading stopped progressing: check the filesystem (network storage?) and host memory",
-        Phase::CudaGraphs | Phase::DraftCudaGraphs => "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or try --disable-cuda-graph to confirm",
+        Phase::CudaGraphs | Phase::DraftCudaGraphs => "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or disable CUDA graphs to confirm",
         Phase::Compile => "torch.compile is silent for long stretches: raise --stall compile=DUR if this is a cold cache",
         _ => "the server stopped making progress: the last lines show where it was",
     }

@@ -11,8 +11,7 @@
 //!
 //! Secret values (needed to replay the exact command on `restart`) are kept apart, in
 //! `$XDG_STATE_HOME/vigil/secrets/<name>.json` (0600), never in the run directory. What counts as a
-//! secret, and the redactor, are `sinks::redact`'s; the state root and the clock are `state.rs`'s (both
-//! re-exported here).
+//! secret, and the redactor, are `sinks::redact`'s; the state root and the clock are `state.rs`'s.
 
 use crate::error::CliError;
 use crate::sinks::redact::{Redactor, Secrets};

@@ -726,8 +726,8 @@ mod tests {
         );
         stalled.hint = Some(
             "CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU memory \
-             flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or try \
-             --disable-cuda-graph to confirm"
+             flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or disable CUDA graphs \
+             to confirm"
                 .into(),
         );
         stalled.timeline = vec![
@@ -773,8 +773,8 @@ mod tests {
             "  detail: alive 11m52s, 76.0 GiB held on each of GPUs 0-1 and flat, no log line for 10m00s, last phase \
              cuda_graphs (3/35); stall limit 10m00s\n",
             "  hint: CUDA-graph capture stopped progressing: a JIT compile can be silent for minutes, a hang holds GPU \
-             memory flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or try \
-             --disable-cuda-graph to confirm\n",
+             memory flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or disable CUDA \
+             graphs to confirm\n",
             "  timeline: launch 2.0s → weights 1m30s → cuda_graphs ?\n",
             "  evidence:\n",
             "    | pid 42 `python3 -m vllm.entrypoints.openai.api_server`: `run_engine_core` in vllm/v1/engine/core.py:390\n",

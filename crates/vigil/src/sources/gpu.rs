@@ -1,7 +1,7 @@
 //! GPU readings: NVML through `nvml-wrapper`, loaded at run time (building vigil never needs CUDA):
 //! `libnvidia-ml.so.1` on the default path, then known driver folders; else `nvidia-smi` CSV; else off
 //! (one info line). Per GPU: memory used/total, utilisation; per process: pid → memory. The sample's
-//! types are records `vigil gpu` prints (`sinks::records`, re-exported here).
+//! types are records `vigil gpu` prints (`sinks::records`).
 
 use crate::sinks::records::{GpuDev, GpuProc, Snapshot};
 use serde::Serialize;

@@ -237,6 +237,32 @@ pub struct Report {
     pub changes: Vec<Change>,
 }
 
+impl Report {
+    /// A verdict in a phase and nothing else yet: what a report starts from before the judge (or a test)
+    /// fills in its cause, explanation and measurements.
+    pub fn bare(verdict: Verdict, phase: Phase) -> Report {
+        Report {
+            verdict,
+            phase,
+            cause: None,
+            server: None,
+            hint: None,
+            detail: None,
+            evidence: vec![],
+            last_lines: vec![],
+            timeline: vec![],
+            laggards: vec![],
+            progress: None,
+            exit: None,
+            elapsed_ms: None,
+            degraded: None,
+            baseline: None,
+            slow: vec![],
+            changes: vec![],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {

@@ -133,25 +133,7 @@ mod tests {
     use crate::types::Phase;
 
     fn report(verdict: Verdict, cause: Option<Cause>) -> Report {
-        Report {
-            verdict,
-            phase: Phase::Weights,
-            cause,
-            server: None,
-            hint: None,
-            detail: None,
-            evidence: vec![],
-            last_lines: vec![],
-            timeline: vec![],
-            laggards: vec![],
-            progress: None,
-            exit: None,
-            elapsed_ms: None,
-            degraded: None,
-            baseline: None,
-            slow: vec![],
-            changes: vec![],
-        }
+        Report { cause, ..Report::bare(verdict, Phase::Weights) }
     }
 
     /// Issue #25 step 8: a stop after a crash names the crash, never a stall.

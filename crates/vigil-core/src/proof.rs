@@ -479,25 +479,7 @@ mod tests {
     use crate::Phase;
 
     fn ready_report() -> Report {
-        Report {
-            verdict: Verdict::Ready,
-            phase: Phase::Http,
-            cause: None,
-            server: Some("llama-cpp".into()),
-            hint: None,
-            detail: None,
-            evidence: vec![],
-            last_lines: vec![],
-            timeline: vec![],
-            laggards: vec![],
-            progress: None,
-            exit: None,
-            elapsed_ms: Some(1000),
-            baseline: None,
-            slow: vec![],
-            changes: vec![],
-            degraded: None,
-        }
+        Report { server: Some("llama-cpp".into()), elapsed_ms: Some(1000), ..Report::bare(Verdict::Ready, Phase::Http) }
     }
 
     fn gen(ok: bool, spec: Option<SpecStats>) -> Generation {

@@ -497,25 +497,7 @@ mod tests {
     }
 
     fn report(verdict: Verdict, phase: Phase) -> Report {
-        Report {
-            verdict,
-            phase,
-            cause: None,
-            server: Some("vllm".into()),
-            hint: None,
-            detail: None,
-            evidence: vec![],
-            last_lines: vec![],
-            timeline: vec![],
-            laggards: vec![],
-            progress: None,
-            exit: None,
-            elapsed_ms: None,
-            degraded: None,
-            baseline: None,
-            slow: vec![],
-            changes: vec![],
-        }
+        Report { server: Some("vllm".into()), ..Report::bare(verdict, phase) }
     }
 
     /// What a watch's executor does with each item, through the `Sink` trait.

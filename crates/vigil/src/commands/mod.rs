@@ -179,14 +179,14 @@ pub async fn up(
         return Ok(code);
     }
     let on = node.host().map(|h| format!(" on {h}")).unwrap_or_default();
-    let mut rep = Reporter::new(a.json, a.quiet);
+    let mut rep = Reporter::new(a.launch.json, a.quiet);
     if interrupted {
         if a.keep {
             rep.note(0, &format!("--keep: '{name}' keeps running{on}; stop it with `vigil down {name}`"));
             return Ok(code);
         }
         // SIGTERM after ready is an orderly stop (exit 0); before a verdict it stays 130
-        let ok = node.stop(&name, a.grace, &mut rep).await?;
+        let ok = node.stop(&name, a.launch.grace, &mut rep).await?;
         return Ok(if ok { code } else { Exit::NotStopped });
     }
     if a.detach || crate::supervise::up::watching(&a) || !ready {
@@ -231,7 +231,7 @@ pub async fn up(
             return Ok(Exit::Crashed);
         }
     }
-    let ok = node.stop(&name, a.grace, &mut rep).await?;
+    let ok = node.stop(&name, a.launch.grace, &mut rep).await?;
     Ok(if ok { Exit::Ready } else { Exit::NotStopped })
 }
 
@@ -242,14 +242,15 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, 
     let (argv, mut env) = crate::node::run::unredact(&rec, &secrets);
     // records written before vigil kept systemd's variables out still hold them: never replay them
     env.retain(|(k, _)| !crate::sinks::notify::NOTIFY_VARS.contains(&k.as_str()));
-    let mut rep = Reporter::new(a.json, a.quiet);
+    let mut rep = Reporter::new(a.launch.json, a.quiet);
     if let Some(st) = crate::node::up::read_state(&dir) {
-        let surv = crate::node::up::stop_run(&dir, &st, a.grace, &mut rep).await?;
+        let surv = crate::node::up::stop_run(&dir, &st, a.launch.grace, &mut rep).await?;
         if !surv.is_empty() {
             return Ok(Exit::NotStopped);
         }
     }
-    let a = UpArgs { detach: true, replace: true, name: Some(name.to_string()), server: rec.server.clone(), ..a };
+    let launch = crate::node::LaunchSettings { replace: true, ..a.launch };
+    let a = UpArgs { detach: true, name: Some(name.to_string()), server: rec.server.clone(), launch, ..a };
     let n = crate::node::run::restarts(&dir) + 1;
     crate::node::run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;
     let node = LocalNode::with_command(env, std::path::PathBuf::from(&rec.cwd));

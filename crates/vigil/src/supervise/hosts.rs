@@ -220,7 +220,7 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
                     Err(e) => {
                         let mut res = HostResult::new(&h, rank, "");
                         res.set_outcome(Err(e));
-                        let mut rep = Reporter::new(a.json, a.quiet);
+                        let mut rep = Reporter::new(a.launch.json, a.quiet);
                         rep.tagged(&h, rank);
                         rep.note(0, &res.note);
                         return res;
@@ -231,14 +231,17 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
         })
         .collect();
     drop(ptx);
-    let results =
-        if multi { drive_multi(&hs, jobs, prx, a.json, a.quiet).await } else { drive_fleet(hs.parallel, jobs).await };
-    let code = summarize(&results, multi, a.json, a.quiet);
+    let results = if multi {
+        drive_multi(&hs, jobs, prx, a.launch.json, a.quiet).await
+    } else {
+        drive_fleet(hs.parallel, jobs).await
+    };
+    let code = summarize(&results, multi, a.launch.json, a.quiet);
     // Foreground: stay until Ctrl-C, then stop every host's run (--detach leaves them running).
     let all_ready = results.iter().all(|r| r.code == Exit::Ready || r.code == Exit::Degraded);
     let failed_multi = multi && !all_ready;
     if code == Exit::Interrupted || failed_multi || (!a.detach && !a.proof.watch && all_ready) {
-        let mut rep = Reporter::new(a.json, a.quiet);
+        let mut rep = Reporter::new(a.launch.json, a.quiet);
         if !failed_multi && code != Exit::Interrupted {
             rep.note(0, "serving on every host; Ctrl-C stops them (--detach to leave them running)");
             crate::signals::next_interrupt().await;
@@ -251,9 +254,9 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
         let reg = conns.lock().unwrap().clone();
         for (r, c) in results.iter().zip(reg) {
             if let Some((node, name)) = c {
-                let mut rep = Reporter::new(a.json, a.quiet);
+                let mut rep = Reporter::new(a.launch.json, a.quiet);
                 rep.tagged(&r.host, r.rank);
-                if !node.stop(&name, a.grace, &mut rep).await? {
+                if !node.stop(&name, a.launch.grace, &mut rep).await? {
                     worst = worst.max(Exit::NotStopped);
                 }
             }
@@ -285,7 +288,7 @@ pub async fn up_one(
         res.set_outcome(Err(e));
         return res;
     }
-    let mut rep = Reporter::new(a.json, a.quiet);
+    let mut rep = Reporter::new(a.launch.json, a.quiet);
     if tagged {
         rep.tagged(host, rank);
     }
@@ -293,8 +296,7 @@ pub async fn up_one(
     if let Some((reg, i)) = &registry {
         reg.lock().unwrap()[*i] = Some((node.clone(), name.clone()));
     }
-    let ls = a.launch_settings();
-    let l = Launch { name: &name, argv: &argv, a: &ls, kind: kind.clone(), profiles: &profiles, rank, n };
+    let l = Launch { name: &name, argv: &argv, a: &a.launch, kind: kind.clone(), profiles: &profiles, rank, n };
     match node.launch(&l, &mut rep).await {
         Ok(Ok(h)) => {
             let mut w = crate::supervise::up::watch_args(&a);

@@ -268,7 +268,7 @@ struct Ctx {
 }
 
 fn reporter(a: &UpArgs, job: &Job) -> Reporter {
-    let mut rep = Reporter::new(a.json, a.quiet);
+    let mut rep = Reporter::new(a.launch.json, a.quiet);
     rep.tagged(&job.nodes[job.rank], Some(job.rank));
     rep
 }
@@ -380,7 +380,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
         local.abort();
     }
     let results: Vec<HostResult> = hosts::stopped_unless_done(results, &job.nodes, &name);
-    let mut code = hosts::summarize(&results, true, a.json, a.quiet);
+    let mut code = hosts::summarize(&results, true, a.launch.json, a.quiet);
     if interrupted {
         code = Exit::Interrupted;
     }
@@ -446,7 +446,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
     let mut worst = code;
     let mut all_stopped = true;
     let keep = a.keep && interrupted;
-    if !keep && !node.stop(&name, a.grace, &mut rep).await? {
+    if !keep && !node.stop(&name, a.launch.grace, &mut rep).await? {
         worst = worst.max(Exit::NotStopped);
         all_stopped = false;
     }
@@ -455,7 +455,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
     let mut waiting: Vec<bool> = senders.iter().map(|s| s.is_some()).collect();
     let mut confirmed = vec![false; n];
     confirmed[0] = true;
-    let by = tokio::time::Instant::now() + a.grace + Duration::from_secs(15);
+    let by = tokio::time::Instant::now() + a.launch.grace + Duration::from_secs(15);
     while waiting.iter().any(|w| *w) {
         tokio::select! {
             Some(ev) = erx.recv() => match ev {
@@ -629,7 +629,7 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
     let mut code_from_head: Option<Exit> = None;
     let mut head_lost: Option<String> = None;
     let mut interrupted = false;
-    let answer_in = a.grace + Duration::from_secs(30);
+    let answer_in = a.launch.grace + Duration::from_secs(30);
     loop {
         let serving = own.as_ref().is_some_and(|r| fleet::serves(r.code));
         tokio::select! {
@@ -695,7 +695,7 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
     }
     let mut ok = true;
     if !(a.keep && interrupted) {
-        ok = node.stop(&name, a.grace, &mut rep).await?;
+        ok = node.stop(&name, a.launch.grace, &mut rep).await?;
     }
     let _ = otx.send(Msg::Stopped { ok });
     drop(otx);

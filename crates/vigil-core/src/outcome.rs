@@ -161,11 +161,6 @@ impl<'de> serde::Deserialize<'de> for Exit {
     }
 }
 
-/// The more severe of two exit codes (see [`Exit`]'s order).
-pub fn worst(a: i32, b: i32) -> i32 {
-    Exit::from_code(a).max(Exit::from_code(b)).code()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,14 +180,14 @@ mod tests {
     /// Issue #14: a fleet where one host crashed and another is degraded exits 3, not 11.
     #[test]
     fn crashed_outranks_degraded_and_every_verdict_outranks_ready() {
-        assert_eq!(worst(DEGRADED, CRASHED), CRASHED);
-        assert_eq!(worst(CRASHED, DEGRADED), CRASHED);
-        assert_eq!(worst(READY, DEGRADED), DEGRADED);
-        assert_eq!(worst(STALLED, CRASHED), CRASHED);
-        assert_eq!(worst(CRASHED, UNREACHABLE), UNREACHABLE);
-        assert_eq!(worst(UNREACHABLE, INTERRUPTED), INTERRUPTED);
+        assert_eq!(Exit::Degraded.max(Exit::Crashed).code(), CRASHED);
+        assert_eq!(Exit::Crashed.max(Exit::Degraded).code(), CRASHED);
+        assert_eq!(Exit::Ready.max(Exit::Degraded).code(), DEGRADED);
+        assert_eq!(Exit::Stalled.max(Exit::Crashed).code(), CRASHED);
+        assert_eq!(Exit::Crashed.max(Exit::Unreachable).code(), UNREACHABLE);
+        assert_eq!(Exit::Unreachable.max(Exit::Interrupted).code(), INTERRUPTED);
         for e in Exit::ALL {
-            assert_eq!(worst(READY, e.code()), e.code());
+            assert_eq!(Exit::Ready.max(e), e);
         }
     }
 }

@@ -260,8 +260,7 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, 
 
 /// `vigil watch NAME`: the watch of a run of `vigil up` on this machine, kept after ready.
 pub async fn watch(name: &str, mut w: crate::supervise::wait::Args, profiles: Profiles) -> Result<Exit, CliError> {
-    let (dir, rec) = crate::node::run::load(name)?;
-    w.take(crate::node::RunHandle::of_run(&dir, &rec, &profiles, true));
+    w.take(LocalNode::default().attach(name, None, true, &profiles).await?);
     Ok(crate::supervise::wait::run(w, profiles).await?.code)
 }
 
@@ -275,8 +274,12 @@ pub fn gpu(json: bool) -> Result<Exit, CliError> {
         }
     };
     let s = reader.sample().map_err(CliError::Internal)?;
-    let cmdlines =
-        s.procs.iter().filter_map(|p| Some((p.pid, crate::sources::follow::cmdline(p.pid)?.join(" ")))).collect();
+    // the command lines only for the table (JSON carries none)
+    let cmdlines = if json {
+        Default::default()
+    } else {
+        s.procs.iter().filter_map(|p| Some((p.pid, crate::sources::follow::cmdline(p.pid)?.join(" ")))).collect()
+    };
     crate::sinks::tables::gpu(&s, &cmdlines, crate::state::now_ms(), json);
     Ok(Exit::Ready)
 }

@@ -19,7 +19,7 @@ import argparse, os, resource, signal, socket, statistics, subprocess, sys, temp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VIGIL = os.path.join(ROOT, "target/release/vigil")
 HOME = os.path.expanduser("~")
-SERVER = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server-0.3.36/bin/llama-server")
+SERVER = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server-0.3.36-rpc/bin/llama-server")
 MODELS = os.environ.get("VIGIL_MODELS", f"{HOME}/.cache/vigil/models-v3")
 
 

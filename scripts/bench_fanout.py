@@ -11,7 +11,7 @@ Prints a Markdown table. Run as root or a normal user (sshd then serves that use
 import argparse, os, pwd, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 HOME = os.path.expanduser("~")
-LLAMA = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server-0.3.36/bin/llama-server")
+LLAMA = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server-0.3.36-rpc/bin/llama-server")
 MODELS = os.environ.get("VIGIL_MODELS", f"{HOME}/.cache/vigil/models-v3")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VIGIL = os.environ.get("VIGIL_BIN", f"{ROOT}/target/release/vigil")

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VIGIL = os.path.join(ROOT, "target/release/vigil")
 HOME = os.path.expanduser("~")
-SERVER = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server-0.3.36/bin/llama-server")
+SERVER = os.environ.get("VIGIL_LLAMA_SERVER", f"{HOME}/.cache/vigil/llama-server-0.3.36-rpc/bin/llama-server")
 MODELS = os.environ.get("VIGIL_MODELS", f"{HOME}/.cache/vigil/models-v3")
 WAIT_ON = f"{HOME}/.cache/vigil/npm/node_modules/.bin/wait-on"
 TMP = tempfile.mkdtemp(prefix="vigil-peers-")

@@ -238,18 +238,22 @@ impl Evidence {
     /// One line per place, for the verdict: processes at the same place share a line, in the order of
     /// their first process ("pid 42 `sglang::scheduler_TP3`: `capture` in …", "pids 43, 44, 45
     /// (`sglang::scheduler_TP0` and 2 more): `all_reduce` in …"): eight ranks in one collective are one line.
+    /// A stopped process (state T, `t`: SIGSTOP, a debugger) is said so first ("pid 7 `sglang::scheduler_TP1`:
+    /// STOPPED (state T) at …"): in a multi-node server it is the rank that is stuck, the others only wait.
     pub fn lines(&self) -> Vec<String> {
-        let mut groups: Vec<(&str, Vec<&ProcEvidence>)> = Vec::new();
+        let mut groups: Vec<((&str, bool), Vec<&ProcEvidence>)> = Vec::new();
         for p in &self.procs {
-            match groups.iter_mut().find(|(at, _)| *at == p.at) {
+            let key = (p.at.as_str(), p.stopped());
+            match groups.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, v)) => v.push(p),
-                None => groups.push((p.at.as_str(), vec![p])),
+                None => groups.push((key, vec![p])),
             }
         }
         groups
             .into_iter()
-            .map(|(at, v)| {
+            .map(|((at, stopped), v)| {
                 let first = crate::tree::short_title(&v[0].title);
+                let at = if stopped { format!("{STOPPED_MARK} at {at}") } else { at.to_string() };
                 if v.len() == 1 {
                     return format!("pid {} `{first}`: {at}", v[0].pid);
                 }
@@ -257,5 +261,25 @@ impl Evidence {
                 format!("pids {} (`{first}` and {} more): {at}", pids.join(", "), v.len() - 1)
             })
             .collect()
+    }
+
+    /// The processes of the tree that are stopped (state T or t).
+    pub fn stopped(&self) -> Vec<&ProcEvidence> {
+        self.procs.iter().filter(|p| p.stopped()).collect()
+    }
+}
+
+/// How an evidence line says its process is stopped (see [`Evidence::lines`]).
+pub const STOPPED_MARK: &str = "STOPPED (state T: SIGSTOP or a debugger)";
+
+/// The first of evidence lines that says a process is stopped.
+pub fn stopped_line<'a>(lines: impl IntoIterator<Item = &'a String>) -> Option<&'a String> {
+    lines.into_iter().find(|l| l.contains(STOPPED_MARK))
+}
+
+impl ProcEvidence {
+    /// In state T (stopped by a signal) or t (stopped by a tracer).
+    pub fn stopped(&self) -> bool {
+        matches!(self.state, Some('T' | 't'))
     }
 }

@@ -20,12 +20,35 @@ pub fn combine(exits: &[Exit]) -> (Exit, Option<usize>) {
 }
 
 /// A multi-node server's ranks as they progress and end.
+///
+/// Root cause (issue #32): when one rank dies, the others' collectives, stores and sockets fail right after
+/// it (gloo "Connection reset by peer", the c10d store's "Broken pipe", NCCL's "remote process exited"), and
+/// the rank that complains loudest, or first, is often not the one that failed. A rank whose failure is such
+/// a consequence (its evidence says a peer went away: the framework layer's `[multi_node] peer_gone`) does
+/// not decide while another rank may still show its own failure: the decision waits [`SETTLE_MS`] for the
+/// others' verdicts, and a rank that failed on its own (killed, crashed with its own error, stalled, lost)
+/// is the root cause over every consequence.
 #[derive(Debug, Clone)]
 pub struct MultiNode {
     phases: Vec<Phase>,
     ended: Vec<Option<Exit>>,
+    /// Per rank: its failure is a consequence of a peer's (see above).
+    consequence: Vec<bool>,
+    /// Per rank: the order its end came in.
+    order: Vec<Option<usize>>,
+    ends: usize,
+    /// When the first consequence came, while no rank had failed on its own.
+    settle_from: Option<u64>,
+    /// Per rank: its evidence shows a stopped process (state T): of a stuck server, the stuck rank.
+    stuck: Vec<bool>,
     shown: Option<Phase>,
 }
+
+/// How long a multi-node decision waits after a rank failed as a consequence of a peer (its evidence says a
+/// peer went away) for the rank that failed first to report: the dead rank's own watch needs its server's
+/// exit, or its last error line, and the head a message over TCP (docs/gpu-e2e.md has what the real servers
+/// took).
+pub const SETTLE_MS: u64 = 10_000;
 
 /// What a multi-node driver does after a rank ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +62,16 @@ pub enum MultiStep {
 
 impl MultiNode {
     pub fn new(ranks: usize) -> MultiNode {
-        MultiNode { phases: vec![Phase::Launch; ranks], ended: vec![None; ranks], shown: None }
+        MultiNode {
+            phases: vec![Phase::Launch; ranks],
+            ended: vec![None; ranks],
+            consequence: vec![false; ranks],
+            order: vec![None; ranks],
+            ends: 0,
+            settle_from: None,
+            stuck: vec![false; ranks],
+            shown: None,
+        }
     }
 
     /// A rank's phase changed. Returns the server's phase and its slowest rank when that phase changes:
@@ -54,15 +86,47 @@ impl MultiNode {
         })
     }
 
-    /// A rank's watch ended with `exit`.
+    /// A rank's watch ended with `exit` (a failure of its own: see [`MultiNode::ended_at`]).
     pub fn ended(&mut self, rank: usize, exit: Exit) -> MultiStep {
-        if let Some(e) = self.ended.get_mut(rank) {
-            *e = Some(exit);
+        self.ended_at(rank, exit, false, 0)
+    }
+
+    /// A rank's watch ended with `exit` at `now_ms`; `consequence`: its failure followed a peer's (its
+    /// evidence says a peer went away). A failure of its own decides at once; a consequence waits for the
+    /// others up to [`SETTLE_MS`] ([`MultiNode::settle_until`], then [`MultiNode::settled`]).
+    pub fn ended_at(&mut self, rank: usize, exit: Exit, consequence: bool, now_ms: u64) -> MultiStep {
+        let Some(e) = self.ended.get_mut(rank) else { return MultiStep::Wait };
+        if e.is_some() {
+            return MultiStep::Wait;
         }
-        if !serves(exit) || self.ended.iter().all(Option::is_some) {
-            MultiStep::Done
-        } else {
-            MultiStep::Wait
+        *e = Some(exit);
+        self.order[rank] = Some(self.ends);
+        self.ends += 1;
+        let failed = !serves(exit);
+        self.consequence[rank] = failed && consequence;
+        if self.ended.iter().all(Option::is_some) {
+            return MultiStep::Done;
+        }
+        if !failed {
+            return MultiStep::Wait;
+        }
+        if !self.consequence[rank] {
+            return MultiStep::Done;
+        }
+        self.settle_from.get_or_insert(now_ms);
+        MultiStep::Wait
+    }
+
+    /// While a consequence waits for the rank that failed first: when the decision is due.
+    pub fn settle_until(&self) -> Option<u64> {
+        self.settle_from.map(|t| t + SETTLE_MS)
+    }
+
+    /// The time is `now_ms`: `Done` once the wait for a root cause is over.
+    pub fn settled(&mut self, now_ms: u64) -> MultiStep {
+        match self.settle_until() {
+            Some(t) if now_ms >= t => MultiStep::Done,
+            _ => MultiStep::Wait,
         }
     }
 
@@ -72,10 +136,48 @@ impl MultiNode {
         self.ended.iter().map(|e| e.unwrap_or(Exit::Starting)).collect()
     }
 
-    /// The server's outcome: the worst rank's, decided by the first rank with it.
-    pub fn outcome(&self) -> (Exit, Option<usize>) {
-        combine(&self.exits())
+    /// Per rank: its failure was a consequence of a peer's.
+    pub fn consequences(&self) -> &[bool] {
+        &self.consequence
     }
+
+    /// A rank's evidence, taken at the decision, shows a stopped process.
+    pub fn stuck(&mut self, rank: usize) {
+        if let Some(s) = self.stuck.get_mut(rank) {
+            *s = true;
+        }
+    }
+
+    /// The server's outcome and the rank that decided it: the first rank that failed on its own (the root
+    /// cause), with its outcome; else, every failure a consequence, the worst rank's, decided by the first
+    /// with it. A server that is stuck (stalled, past its deadline, unhealthy) is decided by the rank whose
+    /// evidence shows a stopped process, when the rank that stalled first shows none: the others only
+    /// waited for it in their collectives (issue #32, the seed's rank stuck in CUDA-graph capture).
+    pub fn outcome(&self) -> (Exit, Option<usize>) {
+        let (exit, by) = root_cause(&self.exits(), &self.consequence, &self.order);
+        let stuck_server = matches!(exit, Exit::Stalled | Exit::Timeout | Exit::Unhealthy);
+        match (by, self.stuck.iter().position(|s| *s)) {
+            (Some(b), Some(s)) if stuck_server && !self.stuck[b] => (exit, Some(s)),
+            _ => (exit, by),
+        }
+    }
+}
+
+/// The outcome of a multi-node server from its ranks' exits, which failures were consequences of a peer's,
+/// and the order the ends came in: the earliest failure of a rank's own decides, with its outcome; without
+/// one, the worst outcome, decided by the first rank to end with it.
+pub fn root_cause(exits: &[Exit], consequence: &[bool], order: &[Option<usize>]) -> (Exit, Option<usize>) {
+    let own = (0..exits.len())
+        .filter(|&i| !serves(exits[i]) && exits[i] != Exit::Starting && !consequence.get(i).copied().unwrap_or(false))
+        .min_by_key(|&i| order.get(i).copied().flatten().unwrap_or(usize::MAX));
+    if let Some(i) = own {
+        return (exits[i], Some(i));
+    }
+    let (worst, _) = combine(exits);
+    let first = (0..exits.len())
+        .filter(|&i| exits[i] == worst && worst != Exit::Ready)
+        .min_by_key(|&i| order.get(i).copied().flatten().unwrap_or(usize::MAX));
+    (worst, first)
 }
 
 /// Whether a multi-node server's outcome ends its batch allocation (issue #27, `scancel` in a Slurm job):
@@ -135,6 +237,53 @@ mod tests {
         // the others' watches are stopped: still starting, below the crash
         assert_eq!(m.exits(), vec![Exit::Ready, Exit::Starting, Exit::Starting, Exit::Crashed]);
         assert_eq!(m.outcome(), (Exit::Crashed, Some(3)));
+    }
+
+    #[test]
+    fn a_consequence_waits_for_the_rank_that_failed_first() {
+        // issue #32: rank 1 SIGKILLed; rank 0's gloo socket fails first ("Connection reset by peer")
+        let mut m = MultiNode::new(2);
+        assert_eq!(m.ended_at(0, Exit::Crashed, true, 1_000), MultiStep::Wait, "a consequence does not decide");
+        assert_eq!(m.settle_until(), Some(1_000 + SETTLE_MS));
+        assert_eq!(m.settled(5_000), MultiStep::Wait);
+        // rank 1's own watch: killed; every rank has ended
+        assert_eq!(m.ended_at(1, Exit::Crashed, false, 2_500), MultiStep::Done);
+        assert_eq!(m.outcome(), (Exit::Crashed, Some(1)), "the killed rank is the root cause, not the loudest");
+        assert_eq!(m.consequences(), &[true, false]);
+    }
+
+    #[test]
+    fn a_root_cause_decides_over_a_worse_consequence_and_alone_after_the_wait() {
+        // rank 2 stalled (stopped by a signal); rank 0 crashed on a peer's timeout: stalled, decided by 2
+        let mut m = MultiNode::new(3);
+        assert_eq!(m.ended_at(0, Exit::Crashed, true, 0), MultiStep::Wait);
+        assert_eq!(m.ended_at(2, Exit::Stalled, false, 100), MultiStep::Done);
+        assert_eq!(m.outcome(), (Exit::Stalled, Some(2)));
+        // only consequences, and the wait runs out: the first of the worst decides
+        let mut m = MultiNode::new(3);
+        assert_eq!(m.ended_at(1, Exit::Crashed, true, 0), MultiStep::Wait);
+        assert_eq!(m.ended_at(0, Exit::Crashed, true, 10), MultiStep::Wait);
+        assert_eq!(m.settle_until(), Some(SETTLE_MS), "the wait counts from the first consequence");
+        assert_eq!(m.settled(SETTLE_MS), MultiStep::Done);
+        assert_eq!(m.outcome(), (Exit::Crashed, Some(1)));
+        // a second end of one rank changes nothing
+        assert_eq!(m.ended_at(1, Exit::Ready, false, 20), MultiStep::Wait);
+        assert_eq!(m.exits()[1], Exit::Crashed);
+    }
+
+    #[test]
+    fn a_stopped_rank_decides_a_stuck_server() {
+        // issue #32: rank 1's engine SIGSTOPped in capture; rank 0 waits in its collective and stalls first
+        let mut m = MultiNode::new(2);
+        assert_eq!(m.ended_at(0, Exit::Stalled, false, 15_000), MultiStep::Done);
+        assert_eq!(m.outcome(), (Exit::Stalled, Some(0)));
+        m.stuck(1);
+        assert_eq!(m.outcome(), (Exit::Stalled, Some(1)), "the stopped rank, not the one that waited");
+        // a crash is its own rank's, whatever another rank's state
+        let mut c = MultiNode::new(2);
+        c.ended_at(0, Exit::Crashed, false, 0);
+        c.stuck(1);
+        assert_eq!(c.outcome(), (Exit::Crashed, Some(0)));
     }
 
     #[test]

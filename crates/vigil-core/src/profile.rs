@@ -43,6 +43,28 @@ pub struct ProfileFile {
     /// reads the table that script writes (`profiles/frames.tsv`), not these.
     #[serde(default)]
     pub frame_entry: Vec<FrameEntrySpec>,
+    /// What a multi-node server's rank says when a peer went away (issue #32).
+    #[serde(default)]
+    pub multi_node: MultiNodeSpec,
+}
+
+/// `[multi_node]`: the lines by which a rank's failure shows it followed a peer's (the peer's process died
+/// or its host went away), so the rank that failed first is taken for the root cause
+/// ([`crate::fleet::MultiNode`]).
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MultiNodeSpec {
+    #[serde(default)]
+    pub peer_gone: Vec<PeerGoneSpec>,
+}
+
+/// One `peer_gone` pattern and where its text comes from.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PeerGoneSpec {
+    #[serde(rename = "match")]
+    pub pattern: String,
+    pub source: String,
 }
 
 /// `phase` starts at `at`: `file:qualified name` under the server's package, both fnmatch patterns.
@@ -487,6 +509,8 @@ pub struct Profile {
     pub engine_titles: Vec<Regex>,
     pub metrics: Option<MetricsSpec>,
     pub history: HistorySpec,
+    /// `[multi_node] peer_gone`, compiled.
+    pub peer_gone: Vec<Regex>,
     pub prefixes: Vec<Prefix>,
     pub rules: Vec<Rule>,
     /// All rule patterns in one set: one pass finds the first matching rule. Byte-oriented and ASCII-only
@@ -608,6 +632,7 @@ impl Profile {
             engine_titles: vec![],
             metrics: None,
             history: HistorySpec::default(),
+            peer_gone: vec![],
             prefixes: vec![],
             rules: vec![],
             rule_set: std::sync::OnceLock::new(),
@@ -691,6 +716,9 @@ impl Profile {
                 }
             }
             self.proof = Some(p.clone());
+        }
+        for g in &f.multi_node.peer_gone {
+            self.peer_gone.push(re(origin, "multi_node.peer_gone", &g.pattern)?);
         }
         let c = &f.cmd;
         if c.dummy_health_flag.is_some() {
@@ -844,6 +872,15 @@ impl Profiles {
 
     pub fn generic(&self) -> &Profile {
         self.get("generic").expect("generic profile")
+    }
+
+    /// Whether a rank's failure text (its root-cause lines) says a peer went away: the server kind's
+    /// `[multi_node] peer_gone` patterns and the framework layer's.
+    pub fn peer_gone<'a>(&self, kind: Option<&str>, lines: impl IntoIterator<Item = &'a str> + Clone) -> bool {
+        let own = kind.and_then(|k| self.get(k)).filter(|p| p.name != "generic");
+        own.into_iter()
+            .chain(std::iter::once(self.generic()))
+            .any(|p| p.peer_gone.iter().any(|r| lines.clone().into_iter().any(|l| r.is_match(l))))
     }
 
     /// The generation proof for a server kind: its own, else the framework layer's (OpenAI completions).

@@ -161,7 +161,7 @@ pub(crate) enum Cmd {
         #[command(flatten)]
         up: UpFlags,
         #[command(flatten)]
-        slurm: SlurmFlags,
+        group: GroupFlags,
         /// The server command (with --host, passed byte for byte to the remote server).
         #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(std::ffi::OsString))]
         cmd: Vec<std::ffi::OsString>,
@@ -450,14 +450,25 @@ pub(crate) struct UpFlags {
     pub(crate) proof: ProofFlags,
 }
 
-/// `up --multi-node` inside a Slurm job step (docs/slurm.md): one vigil per node, no host list.
+/// `up --multi-node` without a host list: one vigil per rank, each started by the launcher that starts the
+/// server there (docs/multi-node.md; Slurm: docs/slurm.md).
 #[derive(clap::Args)]
-pub(crate) struct SlurmFlags {
-    /// At a failure verdict (crashed, stalled, timeout, unhealthy, a rank refused or lost), after the
-    /// evidence is saved and every rank stopped: scancel the job step, the whole job, or nothing.
-    #[arg(long, value_enum, default_value = "step", value_name = "WHAT", help_heading = help::SLURM)]
-    pub(crate) scancel: crate::supervise::slurm::Scancel,
-    /// TCP port on the head node (the step's first) where the other ranks report (default: from the job id).
+pub(crate) struct GroupFlags {
+    /// This rank's place under any launcher (with --ranks and --rendezvous): 0 is the head.
+    #[arg(long, value_name = "N", help_heading = help::SLURM)]
+    pub(crate) rank: Option<usize>,
+    /// How many ranks the server has (with --rank and --rendezvous).
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..), help_heading = help::SLURM)]
+    pub(crate) ranks: Option<u64>,
+    /// Where the head (rank 0) listens for the other ranks: HOST:PORT (with --rank and --ranks).
+    #[arg(long, value_name = "HOST:PORT", help_heading = help::SLURM)]
+    pub(crate) rendezvous: Option<String>,
+    /// Slurm: at a failure verdict (crashed, stalled, timeout, unhealthy, a rank refused or lost), after the
+    /// evidence is saved and every rank stopped: scancel the job step (default), the whole job, or nothing.
+    #[arg(long, value_enum, value_name = "WHAT", help_heading = help::SLURM)]
+    pub(crate) scancel: Option<crate::supervise::multinode::Scancel>,
+    /// TCP port of the head where the other ranks report (Slurm: default from the job id; a LeaderWorkerSet:
+    /// 24810).
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..), help_heading = help::SLURM)]
     pub(crate) rendezvous_port: Option<u16>,
     /// How long the head waits for every rank to report in, and a rank to reach the head.
@@ -465,9 +476,16 @@ pub(crate) struct SlurmFlags {
     pub(crate) join_timeout: std::time::Duration,
 }
 
-impl SlurmFlags {
-    pub(crate) fn flags(&self) -> crate::supervise::slurm::Flags {
-        crate::supervise::slurm::Flags { scancel: self.scancel, port: self.rendezvous_port, join: self.join_timeout }
+impl GroupFlags {
+    pub(crate) fn flags(&self) -> crate::supervise::multinode::Flags {
+        crate::supervise::multinode::Flags {
+            scancel: self.scancel,
+            port: self.rendezvous_port,
+            join: self.join_timeout,
+            rank: self.rank,
+            ranks: self.ranks.map(|r| r as usize),
+            rendezvous: self.rendezvous.clone(),
+        }
     }
 }
 

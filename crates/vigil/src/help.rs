@@ -33,8 +33,8 @@ pub const SUPERVISION: &str = "Supervision";
 pub const REMOTE: &str = "Remote (SSH)";
 /// The global `--profiles`.
 pub const PROFILES: &str = "Profiles";
-/// `up --multi-node` inside a Slurm job (docs/slurm.md).
-pub const SLURM: &str = "Slurm job (srun vigil up --multi-node)";
+/// `up --multi-node` under a launcher: Slurm, a LeaderWorkerSet, any (docs/multi-node.md, docs/slurm.md).
+pub const SLURM: &str = "Multi-node under a launcher (Slurm, LeaderWorkerSet, --rank/--ranks/--rendezvous)";
 
 /// Every heading, for the test that no flag uses a misspelt one.
 #[cfg(test)]

@@ -91,20 +91,31 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         reconnect_for: rf.reconnect_for,
         remote_dir: rf.remote_dir.clone(),
     };
-    // issue #27: `srun vigil up --multi-node -- CMD` in a Slurm job: the job's nodes, not a host list
+    // issues #27, #32: `vigil up --multi-node -- CMD` on every rank, started by a launcher (Slurm's srun, a
+    // LeaderWorkerSet, --rank/--ranks/--rendezvous): the group's ranks, not a host list
     let no_hosts = rf.host.is_none() && rf.hosts.is_none() && rf.hosts_file.is_none();
-    if let (true, true, Cmd::Up { .. }) = (rf.multi_node, no_hosts, &cli.cmd) {
-        if std::env::var_os("SLURM_JOB_ID").is_some() {
-            let Cmd::Up { up: f, slurm: sf, cmd } = cli.cmd else { unreachable!() };
+    if let (true, true, Cmd::Up { group: sf, .. }) = (rf.multi_node, no_hosts, &cli.cmd) {
+        let lws =
+            ["LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"].iter().all(|k| std::env::var_os(k).is_some());
+        if sf.flags().named() || lws || std::env::var_os("SLURM_JOB_ID").is_some() {
+            let Cmd::Up { up: f, group: sf, cmd } = cli.cmd else { unreachable!() };
             check_server(&profiles, &f.server)?;
             let argv: Vec<Vec<u8>> = cmd.into_iter().map(|a| a.into_vec()).collect();
             let a = f.into_args()?;
+            let flags = sf.flags();
             return block_on(async move {
-                let Some(job) = supervise::slurm::Job::from_env().await? else {
-                    return Err(CliError::usage("--multi-node without --hosts needs a Slurm job (SLURM_JOB_ID)"));
+                let Some(group) = supervise::multinode::Group::find(&flags).await? else {
+                    return Err(CliError::usage(
+                        "--multi-node without --hosts needs a launcher: --rank N --ranks M --rendezvous HOST:PORT, a \
+                         LeaderWorkerSet (LWS_*), or a Slurm job (SLURM_JOB_ID)",
+                    ));
                 };
-                supervise::slurm::up(job, sf.flags(), a, argv, profiles).await
+                supervise::multinode::up(group, flags, a, argv, profiles).await
             })?;
+        }
+    } else if let Cmd::Up { group: sf, .. } = &cli.cmd {
+        if sf.flags().named() {
+            return Err(CliError::usage("--rank, --ranks and --rendezvous are for up --multi-node"));
         }
     }
     let hosts = supervise::hosts::Hosts::parse(

@@ -13,12 +13,30 @@ pub struct Env {
     pub models: PathBuf,
 }
 
+impl Env {
+    /// ggml's RPC server, built beside llama-server by scripts/setup.sh (GGML_RPC=ON): the worker rank of
+    /// llama.cpp's own multi-node. Missing: a failure under CI=true, a skip (None) otherwise.
+    pub fn rpc_server(&self) -> Option<PathBuf> {
+        let p = std::env::var("VIGIL_LLAMA_RPC_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| self.server.with_file_name("ggml-rpc-server"));
+        if p.is_file() {
+            return Some(p);
+        }
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("ggml-rpc-server missing ({}): run scripts/setup.sh", p.display());
+        }
+        eprintln!("SKIP: ggml-rpc-server not built (run scripts/setup.sh)");
+        None
+    }
+}
+
 /// The real llama-server and models. Missing: a failure under CI=true, a skip otherwise.
 pub fn env() -> Option<Env> {
     let home = std::env::var("HOME").unwrap_or_default();
     let server = std::env::var("VIGIL_LLAMA_SERVER")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/llama-server-0.3.36/bin/llama-server"));
+        .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/llama-server-0.3.36-rpc/bin/llama-server"));
     let models = std::env::var("VIGIL_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(&home).join(".cache/vigil/models-v3"));

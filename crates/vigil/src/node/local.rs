@@ -244,7 +244,18 @@ impl Node for LocalNode {
                 std::env::current_dir().map_err(|e| CliError::usage(format!("current directory: {e}")))?,
             ),
         };
-        crate::node::up::launch(l.name, argv, env, cwd, l.kind.clone(), l.a, l.profiles, rep).await
+        let explicit_port = crate::sources::follow::arg_value(&argv, "--port").is_some();
+        let mut out = crate::node::up::launch(l.name, argv, env, cwd, l.kind.clone(), l.a, l.profiles, rep).await;
+        if let (Ok(Ok(h)), true) = (&mut out, l.rank.unwrap_or(0) > 0) {
+            // a multi-node rank other than the head serves no API: no generation proof, and a probe only of a
+            // port its command names (SGLang's dummy health server on a worker's --port); the profile's default
+            // port would be the head's on a machine that runs both (two nodes on one GPU)
+            h.no_generate = true;
+            if !explicit_port {
+                h.url = None;
+            }
+        }
+        out
     }
 
     async fn attach(

@@ -89,6 +89,7 @@ impl HostResult {
             name: name.to_string(),
             interrupted: false,
             shown: None,
+            consequence: false,
         }
     }
 
@@ -147,6 +148,9 @@ pub struct HostResult {
     pub interrupted: bool,
     /// The verdict as its own node showed it, for a rank watched elsewhere (a Slurm job's other nodes).
     pub shown: Option<String>,
+    /// A multi-node rank's failure followed a peer's: its root-cause lines say a peer went away (the
+    /// profiles' `[multi_node] peer_gone`); the rank that failed on its own is the root cause.
+    pub consequence: bool,
 }
 
 fn lossy(a: &[u8]) -> String {
@@ -231,12 +235,13 @@ pub async fn up(hs: Hosts, a: UpArgs, argv: Vec<Vec<u8>>, profiles: Profiles) ->
         })
         .collect();
     drop(ptx);
-    let results = if multi {
-        drive_multi(&hs, jobs, prx, a.launch.json, a.quiet).await
+    let (results, decided) = if multi {
+        let (r, d) = drive_multi(&hs, jobs, prx, a.launch.json, a.quiet).await;
+        (r, Some(d))
     } else {
-        drive_fleet(hs.parallel, jobs).await
+        (drive_fleet(hs.parallel, jobs).await, None)
     };
-    let code = summarize(&results, multi, a.launch.json, a.quiet);
+    let code = summarize(&results, multi, decided, a.launch.json, a.quiet);
     // Foreground: stay until Ctrl-C, then stop every host's run (--detach leaves them running).
     let all_ready = results.iter().all(|r| r.code == Exit::Ready || r.code == Exit::Degraded);
     let failed_multi = multi && !all_ready;
@@ -307,6 +312,7 @@ pub async fn up_one(
             w.phase_tx = phase_tx;
             res.set_outcome(wait::run(w, (*profiles).clone()).await);
             if let Some(r) = &res.report {
+                res.consequence = !fleet::serves(res.code) && peer_gone(&profiles, kind.as_deref(), r);
                 node.record_startup(&name, r);
             } else if !res.note.is_empty() {
                 rep.note(0, &res.note);
@@ -322,6 +328,13 @@ pub async fn up_one(
         Err(e) => res.set_outcome(Err(e)),
     }
     res
+}
+
+/// Whether a failed rank's report says a peer went away (its evidence lines and detail): then its failure
+/// followed another rank's.
+pub(crate) fn peer_gone(profiles: &Profiles, kind: Option<&str>, r: &vigil_core::Report) -> bool {
+    let lines = r.evidence.iter().map(String::as_str).chain(r.detail.as_deref());
+    profiles.peer_gone(kind, lines)
 }
 
 /// Runs host jobs, at most `parallel` at once; results in host order.
@@ -354,15 +367,16 @@ where
         .await
 }
 
-/// Runs every rank at once. The first rank to end badly decides the verdict and the others are
-/// stopped watching; ready needs all. Reports the least advanced rank's phase as it changes.
+/// Runs every rank at once. The first rank to fail on its own decides the verdict (a failure that followed a
+/// peer's waits `fleet::SETTLE_MS` for it) and the others are stopped watching; ready needs all. Reports the
+/// least advanced rank's phase as it changes. The results, and the outcome with the rank that decided it.
 async fn drive_multi<F, Fut>(
     hs: &Hosts,
     jobs: Vec<F>,
     mut prx: mpsc::UnboundedReceiver<(usize, Phase)>,
     json: bool,
     quiet: bool,
-) -> Vec<HostResult>
+) -> (Vec<HostResult>, (Exit, Option<usize>))
 where
     F: FnOnce() -> Fut + 'static,
     Fut: std::future::Future<Output = HostResult> + 'static,
@@ -394,9 +408,19 @@ where
                             rep.emit(Some(t0.elapsed().as_millis() as u64), &ev);
                         }
                     }
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(t0) + std::time::Duration::from_millis(multi.settle_until().unwrap_or(0))), if multi.settle_until().is_some() => {
+                        if multi.settled(t0.elapsed().as_millis() as u64) == MultiStep::Done {
+                            for (k, h) in handles.iter().enumerate() {
+                                if results[k].is_none() {
+                                    h.abort();
+                                }
+                            }
+                            break;
+                        }
+                    }
                     x = rrx.recv() => {
                         let Some((i, r)) = x else { break };
-                        let step = multi.ended(i, r.code);
+                        let step = multi.ended_at(i, r.code, r.consequence, t0.elapsed().as_millis() as u64);
                         results[i] = Some(r);
                         if step == MultiStep::Done {
                             // one failed rank fails the server (or all have ended): stop watching the others
@@ -410,7 +434,7 @@ where
                     }
                 }
             }
-            stopped_unless_done(results, &hosts, "")
+            (stopped_unless_done(results, &hosts, ""), multi.outcome())
         })
         .await
 }
@@ -431,11 +455,17 @@ pub(crate) fn stopped_unless_done(results: Vec<Option<HostResult>>, hosts: &[Str
         .collect()
 }
 
-/// The per-host table (or JSON), and the exit code: the worst host's (multi-node: the deciding
-/// rank's).
-pub(crate) fn summarize(results: &[HostResult], multi: bool, json: bool, quiet: bool) -> Exit {
+/// The per-host table (or JSON), and the exit code: the worst host's (multi-node: `decided`, the root-cause
+/// rank's outcome, see `fleet::MultiNode::outcome`).
+pub(crate) fn summarize(
+    results: &[HostResult],
+    multi: bool,
+    decided: Option<(Exit, Option<usize>)>,
+    json: bool,
+    quiet: bool,
+) -> Exit {
     let exits: Vec<Exit> = results.iter().map(|r| r.code).collect();
-    let (worst, decider) = fleet::combine(&exits);
+    let (worst, decider) = decided.unwrap_or_else(|| fleet::combine(&exits));
     let hosts: Vec<crate::sinks::events::HostLine> = results
         .iter()
         .map(|r| crate::sinks::events::HostLine {
@@ -507,12 +537,13 @@ pub async fn wait(hs: Hosts, name: String, mut w: wait::Args, profiles: Profiles
         .collect();
     let (ptx, prx) = mpsc::unbounded_channel();
     w.phase_tx = Some(ptx);
-    let results = if hs.multi_node {
-        drive_multi(&hs, jobs, prx, w.json, w.quiet).await
+    let (results, decided) = if hs.multi_node {
+        let (r, d) = drive_multi(&hs, jobs, prx, w.json, w.quiet).await;
+        (r, Some(d))
     } else {
-        drive_fleet(hs.parallel, jobs).await
+        (drive_fleet(hs.parallel, jobs).await, None)
     };
-    Ok(summarize(&results, hs.multi_node, w.json, w.quiet))
+    Ok(summarize(&results, hs.multi_node, decided, w.json, w.quiet))
 }
 
 #[cfg(test)]

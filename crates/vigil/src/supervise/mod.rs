@@ -4,9 +4,9 @@
 
 pub mod evidence;
 pub mod hosts;
+pub mod multinode;
 pub mod nodes;
 pub mod policy;
-pub mod slurm;
 pub mod up;
 pub mod wait;
 pub mod watch;

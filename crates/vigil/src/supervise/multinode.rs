@@ -1,19 +1,26 @@
-//! `srun vigil up --multi-node -- CMD` inside a Slurm job (issue #27, docs/slurm.md): one vigil per node
-//! of the job step, each the keeper and watch of its node's rank; the verdict per node on every node, the
-//! combined verdict on the head node (rank 0, the step's first node).
+//! `vigil up --multi-node -- CMD` on every node of a multi-node server, each started by whatever starts the
+//! server there (issue #27: Slurm's `srun`; issue #32: any launcher — a Kubernetes LeaderWorkerSet, Ray, a
+//! shell loop over `pdsh`, two processes on one machine): one vigil per rank, each the keeper and watch of
+//! its rank; the verdict per rank on every rank, the combined verdict on the head (rank 0).
 //!
-//! How the ranks meet: the job's own environment names the step's nodes (`SLURM_STEP_NODELIST`, expanded
-//! by `scontrol show hostnames`) and this node (`SLURMD_NODENAME`): the rank is the node's place in that
-//! list, the head is its first node, reached at its Slurm address (`scontrol show node`, `NodeAddr`) on a
-//! TCP port derived from the job and step ids (`--rendezvous-port` to choose it). The other ranks connect
-//! to the head and send their phases and verdict as JSON lines; the head feeds them to the core's
-//! `fleet::MultiNode` (the first failing rank decides; ready needs every rank). No SSH and no shared
-//! directory are needed.
+//! How the ranks meet, in the order they are looked for ([`Group::find`]):
+//! - `--rank N --ranks M --rendezvous HOST:PORT`: the launcher says it (any launcher);
+//! - a LeaderWorkerSet pod's environment: `LWS_WORKER_INDEX` (the rank), `LWS_GROUP_SIZE` (the ranks),
+//!   `LWS_LEADER_ADDRESS` (the head), on `--rendezvous-port` or [`DEFAULT_PORT`];
+//! - a Slurm job step: `SLURM_STEP_NODELIST` (expanded by `scontrol show hostnames`) and this node
+//!   (`SLURMD_NODENAME`): the rank is the node's place in that list, the head is its first node, reached at
+//!   its Slurm address (`scontrol show node`, `NodeAddr`) on a TCP port derived from the job and step ids
+//!   (`--rendezvous-port` to choose it).
+//! The other ranks connect to the head and send their phases and verdict as JSON lines; the head feeds them
+//! to the core's `fleet::MultiNode` (a rank that failed on its own decides over one whose failure followed a
+//! peer's; ready needs every rank). No SSH and no shared directory are needed.
 //!
-//! At a failure the head tells every rank to stop its server (each one's evidence is already saved at its
-//! own verdict), waits for them (bounded), and then ends the job step or the job (`--scancel`), so the
-//! allocation is released rather than burning to its time limit. Only a failure does that
-//! (`fleet::ends_allocation`): never a serving server or an interrupt.
+//! At a failure the head tells every rank to stop its server; a rank that had no verdict of its own saves
+//! its evidence first (its stacks, its GPU memory: the ranks that only waited), then stops. In a Slurm job
+//! the head then ends the job step or the job (`--scancel`), so the allocation is released rather than
+//! burning to its time limit. Only a failure does that (`fleet::ends_allocation`): never a serving server
+//! or an interrupt. Under another launcher each vigil exits with the verdict's code and the launcher's own
+//! policy (a LeaderWorkerSet's restart of the group) takes it from there.
 
 use crate::error::CliError;
 use crate::exit::Exit;
@@ -42,39 +49,168 @@ pub enum Scancel {
     None,
 }
 
-/// The Slurm flags of `vigil up`.
-#[derive(Clone, Debug)]
+/// The multi-node flags of `vigil up`.
+#[derive(Clone, Debug, Default)]
 pub struct Flags {
-    pub scancel: Scancel,
+    pub scancel: Option<Scancel>,
     pub port: Option<u16>,
     /// How long the head waits for every rank to join, and a rank for the head.
     pub join: Duration,
+    /// `--rank`, `--ranks`, `--rendezvous HOST:PORT`: the launcher names this rank's place.
+    pub rank: Option<usize>,
+    pub ranks: Option<usize>,
+    pub rendezvous: Option<String>,
 }
 
+impl Flags {
+    /// Whether the command line names a rank's place (then no launcher environment is needed).
+    pub fn named(&self) -> bool {
+        self.rank.is_some() || self.ranks.is_some() || self.rendezvous.is_some()
+    }
+}
+
+/// The head's port under a launcher that names none (a LeaderWorkerSet): below Linux's ephemeral ports, away
+/// from the servers' own defaults (8000, 30000, 29500 for torch.distributed).
+pub const DEFAULT_PORT: u16 = 24_810;
 /// A longest protocol line (a verdict's one-line note is far shorter).
 const MAX_LINE: usize = 64 << 10;
 /// Every `scontrol`/`scancel` call ends within this.
 const CMD_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// This node's place in the job step, from the job's environment.
-#[derive(Clone, Debug)]
-pub struct Job {
-    pub id: u64,
-    pub step: Option<u64>,
-    pub rank: usize,
-    pub nodes: Vec<String>,
+/// Who started the ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Launcher {
+    /// A Slurm job step: its job and step ids.
+    Slurm { job: u64, step: Option<u64> },
+    /// A Kubernetes LeaderWorkerSet group (its environment).
+    Lws,
+    /// `--rank/--ranks/--rendezvous` on the command line.
+    Flags,
 }
 
-impl Job {
-    /// The job step around this process: `None` outside Slurm (no `SLURM_JOB_ID`).
-    pub async fn from_env() -> Result<Option<Job>, CliError> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+/// This rank's place in the multi-node server, and where the head is.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub launcher: Launcher,
+    /// What every rank of one server shares, checked at the head (a vigil of another group on the same
+    /// port is turned away): the job id, the leader's address, the rendezvous.
+    pub id: String,
+    pub rank: usize,
+    /// The ranks' names: Slurm's node names; under another launcher this host's own for this rank, the
+    /// head's address for rank 0, `rank N` for the others until they report in.
+    pub nodes: Vec<String>,
+    /// The address the other ranks reach the head at.
+    pub head: String,
+    pub port: u16,
+}
+
+fn env_var(k: &str) -> Option<String> {
+    std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+fn this_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if r != 0 {
+        return "localhost".into();
+    }
+    let n = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// `HOST:PORT` (a name, an IPv4 address, or `[IPv6]:PORT`).
+pub fn parse_rendezvous(s: &str) -> Result<(String, u16), CliError> {
+    let bad =
+        || CliError::usage(format!("--rendezvous '{s}': give HOST:PORT (the head's address and a free TCP port)"));
+    let (h, p) = s.trim().rsplit_once(':').ok_or_else(bad)?;
+    let h = h.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = p.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;
+    if h.is_empty() || h.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad());
+    }
+    Ok((h.to_string(), port))
+}
+
+fn place(what: &str, rank: usize, ranks: usize) -> Result<(), CliError> {
+    if ranks == 0 || rank >= ranks {
+        return Err(CliError::usage(format!("{what}: rank {rank} of {ranks} ranks (ranks count from 0)")));
+    }
+    Ok(())
+}
+
+/// The names of a group's ranks under a launcher that does not list them.
+fn names(rank: usize, ranks: usize, head: &str) -> Vec<String> {
+    (0..ranks)
+        .map(|i| match i {
+            _ if i == rank => this_host(),
+            0 => head.to_string(),
+            _ => format!("rank {i}"),
+        })
+        .collect()
+}
+
+impl Group {
+    /// This rank's group: from the command line, else a LeaderWorkerSet's environment, else a Slurm job
+    /// step's; `None` when none says it.
+    pub async fn find(flags: &Flags) -> Result<Option<Group>, CliError> {
+        if flags.named() {
+            return Group::from_flags(flags).map(Some);
+        }
+        if let Some(g) = Group::from_lws(flags)? {
+            return Ok(Some(g));
+        }
+        Group::from_slurm(flags).await
+    }
+
+    fn from_flags(flags: &Flags) -> Result<Group, CliError> {
+        let (Some(rank), Some(ranks), Some(rv)) = (flags.rank, flags.ranks, flags.rendezvous.as_deref()) else {
+            return Err(CliError::usage(
+                "--multi-node under a launcher needs all three of --rank N --ranks M --rendezvous HOST:PORT",
+            ));
+        };
+        place("--rank/--ranks", rank, ranks)?;
+        let (head, port) = parse_rendezvous(rv)?;
+        Ok(Group {
+            launcher: Launcher::Flags,
+            id: format!("{head}:{port}"),
+            rank,
+            nodes: names(rank, ranks, &head),
+            head,
+            port,
+        })
+    }
+
+    /// A LeaderWorkerSet pod (leaderworkerset.x-k8s.io): the controller sets `LWS_LEADER_ADDRESS`,
+    /// `LWS_GROUP_SIZE` and `LWS_WORKER_INDEX` in every container of the group (0 is the leader).
+    fn from_lws(flags: &Flags) -> Result<Option<Group>, CliError> {
+        let (Some(head), Some(size), Some(index)) =
+            (env_var("LWS_LEADER_ADDRESS"), env_var("LWS_GROUP_SIZE"), env_var("LWS_WORKER_INDEX"))
+        else {
+            return Ok(None);
+        };
+        let num =
+            |k: &str, v: &str| v.parse::<usize>().map_err(|_| CliError::usage(format!("{k} is not a number: '{v}'")));
+        let (ranks, rank) = (num("LWS_GROUP_SIZE", &size)?, num("LWS_WORKER_INDEX", &index)?);
+        place("LWS_WORKER_INDEX/LWS_GROUP_SIZE", rank, ranks)?;
+        Ok(Some(Group {
+            launcher: Launcher::Lws,
+            id: head.clone(),
+            rank,
+            nodes: names(rank, ranks, &head),
+            port: flags.port.unwrap_or(DEFAULT_PORT),
+            head,
+        }))
+    }
+
+    /// The Slurm job step around this process: `None` outside Slurm (no `SLURM_JOB_ID`).
+    async fn from_slurm(flags: &Flags) -> Result<Option<Group>, CliError> {
+        let var = env_var;
         let Some(id) = var("SLURM_JOB_ID") else { return Ok(None) };
-        let id: u64 =
-            id.trim().parse().map_err(|_| CliError::usage(format!("SLURM_JOB_ID is not a job id: '{id}'")))?;
+        let id: u64 = id.parse().map_err(|_| CliError::usage(format!("SLURM_JOB_ID is not a job id: '{id}'")))?;
         // the batch step's id is not a number ("batch", or 4294967294 in some versions): no step to end
-        let step = var("SLURM_STEP_ID").and_then(|s| s.trim().parse::<u64>().ok()).filter(|s| *s < 0xFFFF_FFF0);
-        if let Some(l) = var("SLURM_LOCALID").and_then(|l| l.trim().parse::<u32>().ok()) {
+        let step = var("SLURM_STEP_ID").and_then(|s| s.parse::<u64>().ok()).filter(|s| *s < 0xFFFF_FFF0);
+        if let Some(l) = var("SLURM_LOCALID").and_then(|l| l.parse::<u32>().ok()) {
             if l > 0 {
                 return Err(CliError::usage(format!(
                     "vigil up --multi-node runs one task per node in a Slurm job (srun --ntasks-per-node=1): this is \
@@ -92,19 +228,43 @@ impl Job {
         let rank = nodes.iter().position(|n| *n == me).ok_or_else(|| {
             CliError::usage(format!("this node {me} is not in the job step's nodes {list} (scontrol show hostnames)"))
         })?;
-        Ok(Some(Job { id, step, rank, nodes }))
+        let head = if rank == 0 { nodes[0].clone() } else { node_addr(&nodes[0]).await };
+        Ok(Some(Group {
+            launcher: Launcher::Slurm { job: id, step },
+            id: id.to_string(),
+            rank,
+            port: flags.port.unwrap_or_else(|| derived_port(id, step)),
+            nodes,
+            head,
+        }))
     }
 
-    fn port(&self, flags: &Flags) -> u16 {
-        flags.port.unwrap_or_else(|| derived_port(self.id, self.step))
-    }
-
-    /// What `--scancel` names: `JOB.STEP` or `JOB` (a job without a step id ends whole).
+    /// What `--scancel` names: `JOB.STEP` or `JOB` (a job without a step id ends whole); nothing outside
+    /// Slurm.
     fn target(&self, s: Scancel) -> Option<String> {
-        match (s, self.step) {
+        let Launcher::Slurm { job, step } = self.launcher else { return None };
+        match (s, step) {
             (Scancel::None, _) => None,
-            (Scancel::Step, Some(st)) => Some(format!("{}.{st}", self.id)),
-            _ => Some(self.id.to_string()),
+            (Scancel::Step, Some(st)) => Some(format!("{job}.{st}")),
+            _ => Some(job.to_string()),
+        }
+    }
+
+    /// The launcher in words, for the head's first line.
+    fn describe(&self) -> String {
+        let n = self.nodes.len();
+        match self.launcher {
+            Launcher::Slurm { job, .. } => format!("Slurm job {job} on {n} nodes ({})", self.nodes.join(",")),
+            Launcher::Lws => format!("LeaderWorkerSet group of {n} (leader {})", self.head),
+            Launcher::Flags => format!("{n} ranks (rendezvous {})", self.id),
+        }
+    }
+
+    /// This rank's run name: unique on its node and in the history.
+    fn run_name(&self, base: &str) -> String {
+        match self.launcher {
+            Launcher::Slurm { job, .. } => run_name(base, job, self.rank),
+            _ => rank_run_name(base, self.rank),
         }
     }
 }
@@ -121,6 +281,15 @@ pub fn derived_port(job: u64, step: Option<u64>) -> u16 {
 /// with it).
 pub fn run_name(base: &str, job: u64, rank: usize) -> String {
     let tail = format!(".job{job}.n{rank}");
+    let keep = 64usize.saturating_sub(tail.len());
+    let base: String = base.chars().take(keep).collect();
+    format!("{base}{tail}")
+}
+
+/// Under another launcher: `BASE.nRANK` (two ranks on one machine, as on the GPU machine's two nodes on one
+/// GPU, need two names).
+pub fn rank_run_name(base: &str, rank: usize) -> String {
+    let tail = format!(".n{rank}");
     let keep = 64usize.saturating_sub(tail.len());
     let base: String = base.chars().take(keep).collect();
     format!("{base}{tail}")
@@ -160,21 +329,43 @@ async fn node_addr(node: &str) -> String {
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(rename_all = "snake_case", tag = "msg")]
 enum Msg {
-    /// rank → head, first: who this is.
-    Hello { rank: usize, node: String, job: u64 },
+    /// rank → head, first: who this is, and of which group (the head turns away another group's vigil).
+    Hello { rank: usize, node: String, group: String },
     /// rank → head: its phase changed.
     Phase { phase: Phase },
-    /// rank → head: its watch ended (or its server ended after ready).
-    End { code: Exit, verdict: String, note: String },
-    /// head → rank: the server is decided bad (or interrupted): stop yours and exit with `code`.
-    Stop { code: Exit, why: String },
-    /// rank → head: stopped (`ok`: nothing left).
-    Stopped { ok: bool },
+    /// rank → head: its watch ended (or its server ended after ready); `consequence`: its failure followed
+    /// a peer's (its root-cause lines say a peer went away).
+    End {
+        code: Exit,
+        verdict: String,
+        note: String,
+        #[serde(default)]
+        consequence: bool,
+        /// Its verdict's evidence shows a stopped process: that line.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stuck: Option<String>,
+    },
+    /// head → rank: the server is decided bad (or interrupted): stop yours and exit with `code`; `evidence`:
+    /// a failure, so a rank without a verdict of its own saves its evidence first.
+    Stop {
+        code: Exit,
+        why: String,
+        #[serde(default)]
+        evidence: bool,
+    },
+    /// rank → head: stopped (`ok`: nothing left); `stuck`: the evidence taken before shows a stopped process.
+    Stopped {
+        ok: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stuck: Option<String>,
+    },
 }
 
 /// What the head hears from its connections.
 enum Ev {
     Joined(usize, String, UnboundedSender<Msg>),
+    /// A vigil of another group (its id) claimed a rank: turned away.
+    Foreign(usize, String),
     Got(usize, Msg),
     Closed(usize),
 }
@@ -201,9 +392,9 @@ async fn next_msg<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Option<Msg> 
     serde_json::from_slice(&buf).ok()
 }
 
-/// `vigil up --multi-node` in a Slurm job step: this node's rank, and on the head the combined verdict.
+/// `vigil up --multi-node` as one rank of a group: this rank's run, and on the head the combined verdict.
 pub async fn up(
-    job: Job,
+    job: Group,
     flags: Flags,
     mut a: UpArgs,
     argv: Vec<Vec<u8>>,
@@ -217,15 +408,18 @@ pub async fn up(
     if let Some(nn) = crate::sources::follow::arg_value(&argv_s, "--nnodes").and_then(|v| v.parse::<usize>().ok()) {
         if nn != n {
             return Err(CliError::usage(format!(
-                "--nnodes {nn} but the Slurm job step has {n} nodes ({}): run one vigil per node",
-                job.nodes.join(",")
+                "--nnodes {nn} but {} has {n}: run one vigil per node",
+                job.describe()
             )));
         }
     }
     let argv = hosts::rank_argv(&argv, job.rank, n);
     let kind = a.server.clone().or_else(|| profiles.detect_cmd(&argv_s).map(String::from));
     let base = hosts::run_name(&a, &kind, &argv);
-    a.name = Some(run_name(&base, job.id, job.rank));
+    a.name = Some(job.run_name(&base));
+    if flags.scancel.is_some() && !matches!(job.launcher, Launcher::Slurm { .. }) {
+        return Err(CliError::usage("--scancel is for a Slurm job step; this group was started by another launcher"));
+    }
     let (a, profiles) = (Arc::new(a), Arc::new(profiles));
     let local = tokio::task::LocalSet::new();
     local
@@ -243,7 +437,7 @@ pub async fn up(
 
 /// Starts this node's rank: its launch and watch, with its phases on `ptx`.
 fn start_local(
-    job: &Job,
+    job: &Group,
     a: &Arc<UpArgs>,
     argv: Vec<Vec<u8>>,
     profiles: &Arc<Profiles>,
@@ -258,16 +452,16 @@ fn start_local(
     (node, h, prx)
 }
 
-/// What every rank's vigil runs with: the job, the flags, `up`'s arguments, this rank's server command.
+/// What every rank's vigil runs with: the group, the flags, `up`'s arguments, this rank's server command.
 struct Ctx {
-    job: Job,
+    job: Group,
     flags: Flags,
     a: Arc<UpArgs>,
     argv: Vec<Vec<u8>>,
     profiles: Arc<Profiles>,
 }
 
-fn reporter(a: &UpArgs, job: &Job) -> Reporter {
+fn reporter(a: &UpArgs, job: &Group) -> Reporter {
     let mut rep = Reporter::new(a.launch.json, a.quiet);
     rep.tagged(&job.nodes[job.rank], Some(job.rank));
     rep
@@ -276,24 +470,25 @@ fn reporter(a: &UpArgs, job: &Job) -> Reporter {
 /// The head (rank 0): its own rank, the others' reports, the combined verdict, and at a failure the stop of
 /// every rank and the end of the step or job.
 async fn head(c: Ctx) -> Result<Exit, CliError> {
-    let Ctx { job, flags, a, argv, profiles } = c;
+    let Ctx { mut job, flags, a, argv, profiles } = c;
     let n = job.nodes.len();
-    let port = job.port(&flags);
-    let listener = TcpListener::bind(("0.0.0.0", port)).await.map_err(|e| {
+    let port = job.port;
+    // a loopback rendezvous (ranks on one machine) listens there only; any other on every address, since
+    // the name the others use for the head may not be one of this machine's own
+    let bind: std::net::IpAddr = match job.head.parse::<std::net::IpAddr>() {
+        Ok(ip) if ip.is_loopback() => ip,
+        _ if job.head == "localhost" => std::net::Ipv4Addr::LOCALHOST.into(),
+        _ => std::net::Ipv4Addr::UNSPECIFIED.into(),
+    };
+    let listener = TcpListener::bind((bind, port)).await.map_err(|e| {
+        let how = if matches!(job.launcher, Launcher::Flags) { "--rendezvous HOST:PORT" } else { "--rendezvous-port" };
         CliError::usage(format!(
-            "the head node {} cannot listen on port {port} for the other ranks: {e} (choose one with --rendezvous-port)",
+            "the head ({}) cannot listen on port {port} for the other ranks: {e} (choose another with {how})",
             job.nodes[0]
         ))
     })?;
     let mut rep = reporter(&a, &job);
-    rep.note(
-        0,
-        &format!(
-            "Slurm job {} on {n} nodes ({}): head, waiting for the ranks on port {port}",
-            job.id,
-            job.nodes.join(",")
-        ),
-    );
+    rep.note(0, &format!("{}: head, waiting for the ranks on port {port}", job.describe()));
     let name = a.name.clone().unwrap_or_default();
     let (node, mut local, mut prx) = start_local(&job, &a, argv, &profiles);
     let (etx, mut erx) = mpsc::unbounded_channel::<Ev>();
@@ -305,8 +500,8 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
     let t0 = Instant::now();
     let join_by = tokio::time::Instant::now() + flags.join;
     let mut interrupted = false;
-    let end_of = |i: usize, code: Exit, verdict: String, note: String| -> HostResult {
-        HostResult { code, note, shown: Some(verdict), ..HostResult::new(&job.nodes[i], Some(i), &name) }
+    let end_of = |nodes: &[String], i: usize, code: Exit, verdict: String, note: String| -> HostResult {
+        HostResult { code, note, shown: Some(verdict), ..HostResult::new(&nodes[i], Some(i), &name) }
     };
     // the startup: every rank to its verdict, or the first failure
     loop {
@@ -314,7 +509,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
         let step = tokio::select! {
             acc = listener.accept() => {
                 if let Ok((s, _)) = acc {
-                    serve_conn(s, n, etx.clone());
+                    serve_conn(s, n, job.id.clone(), etx.clone());
                 }
                 MultiStep::Wait
             }
@@ -325,18 +520,25 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
             r = &mut local, if results[0].is_none() => {
                 let r = r.unwrap_or_else(|e| HostResult { note: format!("watch: {e}"), ..HostResult::new(&job.nodes[0], Some(0), &name) });
                 interrupted |= r.interrupted;
-                let step = multi.ended(0, r.code);
+                let step = multi.ended_at(0, r.code, r.consequence, t0.elapsed().as_millis() as u64);
                 results[0] = Some(r);
                 step
             }
             Some(ev) = erx.recv() => match ev {
+                Ev::Foreign(r, group) => {
+                    rep.note(t0.elapsed().as_millis() as u64, &format!("turned away a vigil of another group ({group}) claiming rank {r}"));
+                    MultiStep::Wait
+                }
                 Ev::Joined(r, node_name, tx) => {
+                    let t = t0.elapsed().as_millis() as u64;
                     if !joined[r] {
                         joined[r] = true;
                         senders[r] = Some(tx);
-                        rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} ({node_name}) reported in"));
-                        if node_name != job.nodes[r] {
-                            rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} says it is {node_name}, Slurm says {}", job.nodes[r]));
+                        rep.note(t, &format!("rank {r} ({node_name}) reported in"));
+                        if !matches!(job.launcher, Launcher::Slurm { .. }) {
+                            job.nodes[r] = node_name;
+                        } else if node_name != job.nodes[r] {
+                            rep.note(t, &format!("rank {r} says it is {node_name}, Slurm says {}", job.nodes[r]));
                         }
                     }
                     MultiStep::Wait
@@ -345,24 +547,33 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                     phase(&mut multi, &mut rep, t0, &job, r, p);
                     MultiStep::Wait
                 }
-                Ev::Got(r, Msg::End { code, verdict, note }) if results[r].is_none() => {
-                    results[r] = Some(end_of(r, code, verdict, note));
-                    multi.ended(r, code)
+                Ev::Got(r, Msg::End { code, verdict, note, consequence, stuck }) if results[r].is_none() => {
+                    if stuck.is_some() {
+                        multi.stuck(r);
+                    }
+                    let mut res = end_of(&job.nodes, r, code, verdict, note);
+                    res.consequence = consequence;
+                    results[r] = Some(res);
+                    multi.ended_at(r, code, consequence, t0.elapsed().as_millis() as u64)
                 }
                 Ev::Closed(r) if results[r].is_none() => {
                     senders[r] = None;
-                    results[r] = Some(end_of(r, Exit::Unreachable, "unreachable".into(), format!("vigil on {} went away before its verdict", job.nodes[r])));
-                    multi.ended(r, Exit::Unreachable)
+                    results[r] = Some(end_of(&job.nodes, r, Exit::Unreachable, "unreachable".into(), format!("vigil on {} went away before its verdict", job.nodes[r])));
+                    multi.ended_at(r, Exit::Unreachable, false, t0.elapsed().as_millis() as u64)
                 }
                 _ => MultiStep::Wait,
             },
+            // a rank failed as a consequence of a peer: the rank that failed on its own has had its time
+            _ = tokio::time::sleep_until(settle_at(&multi, t0)), if multi.settle_until().is_some() => {
+                multi.settled(t0.elapsed().as_millis() as u64)
+            }
             _ = tokio::time::sleep_until(join_by), if !all_joined => {
                 let mut step = MultiStep::Wait;
                 for r in 0..n {
                     if !joined[r] && results[r].is_none() {
-                        let why = format!("vigil on {} did not reach the head within {}s (is it running under the same srun?)", job.nodes[r], flags.join.as_secs());
-                        results[r] = Some(end_of(r, Exit::Unreachable, "unreachable".into(), why));
-                        step = multi.ended(r, Exit::Unreachable);
+                        let why = format!("vigil on {} did not reach the head within {}s (is it started, with the same rendezvous?)", job.nodes[r], flags.join.as_secs());
+                        results[r] = Some(end_of(&job.nodes, r, Exit::Unreachable, "unreachable".into(), why));
+                        step = multi.ended_at(r, Exit::Unreachable, false, t0.elapsed().as_millis() as u64);
                     }
                 }
                 step
@@ -376,20 +587,46 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
             break;
         }
     }
-    if results[0].is_none() {
-        local.abort();
+    let (decided, _) = multi.outcome();
+    // a failure: the verdict is told once every rank's evidence is in (which rank is stuck, which waited)
+    let deferred = !interrupted && fleet::ends_allocation(decided);
+    match &results[0] {
+        None => {
+            local.abort();
+            // another rank failed: this rank's stacks and memory say whether it only waited
+            if deferred && own_evidence(&*node, &name, &mut rep, t0).await.is_some() {
+                multi.stuck(0);
+            }
+        }
+        Some(r) => {
+            if r.report.as_ref().and_then(|x| vigil_core::evidence::stopped_line(&x.evidence)).is_some() {
+                multi.stuck(0);
+            }
+        }
     }
-    let results: Vec<HostResult> = hosts::stopped_unless_done(results, &job.nodes, &name);
-    let mut code = hosts::summarize(&results, true, a.launch.json, a.quiet);
+    let mut results: Vec<HostResult> = hosts::stopped_unless_done(results, &job.nodes, &name);
+    let mut code = if deferred {
+        decided
+    } else {
+        hosts::summarize(&results, true, Some(multi.outcome()), a.launch.json, a.quiet)
+    };
     if interrupted {
         code = Exit::Interrupted;
     }
     let mut why = String::new();
+    // after ready, the rank whose end decides, and its line
+    let mut ended_by: Option<(usize, String)> = None;
     if fleet::serves(code) {
         // serving: until the job ends (SIGTERM), or a rank's server ends
         rep.note(
             t0.elapsed().as_millis() as u64,
-            &format!("serving on all {n} nodes of job {}; ends with the job step", job.id),
+            &format!(
+                "serving on all {n} ranks; ends with the {}",
+                match job.launcher {
+                    Launcher::Slurm { .. } => "job step",
+                    _ => "launcher's stop (SIGTERM)",
+                }
+            ),
         );
         loop {
             tokio::select! {
@@ -398,7 +635,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                 end = node.wait_exit(&name) => {
                     let x = &end.exit;
                     if job_ending().await {
-                        why = "interrupted: the job step is ending".into();
+                        why = "interrupted: the launcher is stopping the ranks".into();
                         interrupted = true;
                         code = Exit::Ready;
                     } else if x.orderly_after_ready(end.requested) {
@@ -407,24 +644,31 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                     } else {
                         why = format!("rank 0's server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal));
                         code = Exit::Crashed;
+                        ended_by = Some((0, format!("its server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal))));
                     }
                     break;
                 }
                 Some(ev) = erx.recv() => match ev {
                     // the job's end reaches every node: a rank interrupted after ready is an orderly end
                     Ev::Got(r, Msg::End { code: Exit::Interrupted, .. }) => {
-                        why = format!("rank {r} ({}) was interrupted: the job step is ending", job.nodes[r]);
+                        why = format!("rank {r} ({}) was interrupted: the launcher is stopping the ranks", job.nodes[r]);
                         interrupted = true;
                         code = Exit::Ready;
                         break;
                     }
-                    Ev::Got(r, Msg::End { code: c, note, .. }) => { why = format!("rank {r} ({}): {note}", job.nodes[r]); code = c; break; }
+                    Ev::Got(r, Msg::End { code: c, note, .. }) => {
+                        why = format!("rank {r} ({}): {note}", job.nodes[r]);
+                        code = c;
+                        ended_by = Some((r, note));
+                        break;
+                    }
                     // the vigil is the node's task: when it is gone, Slurm ends that node's part of the step, its
                     // server included, and the server as a whole cannot serve
                     Ev::Closed(r) => {
-                        why = format!("vigil on {} went away: Slurm ends that node's part of the step with its task", job.nodes[r]);
+                        why = format!("vigil on {} went away: its launcher ends that rank's server with it", job.nodes[r]);
                         code = Exit::Unreachable;
                         senders[r] = None;
+                        ended_by = Some((r, "its vigil went away after ready".into()));
                         break;
                     }
                     _ => {}
@@ -432,6 +676,13 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
             }
         }
         rep.note(t0.elapsed().as_millis() as u64, &why);
+        // the server ended after ready: the verdict again, decided by the rank whose end it was
+        if let Some((r, note)) = ended_by.filter(|_| !interrupted && !fleet::serves(code)) {
+            results[r].code = code;
+            results[r].note = note;
+            results[r].shown = Some(code.to_string());
+            hosts::summarize(&results, true, Some((code, Some(r))), a.launch.json, a.quiet);
+        }
     }
     // the end: every rank stops its server (a multi-node server cannot run without all of them)
     if why.is_empty() {
@@ -440,8 +691,9 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
             if interrupted { "interrupted".to_string() } else { format!("decided: exit {}", code.code()) }
         );
     }
+    let evidence = !interrupted && fleet::ends_allocation(code);
     for tx in senders.iter().flatten() {
-        let _ = tx.send(Msg::Stop { code, why: why.clone() });
+        let _ = tx.send(Msg::Stop { code, why: why.clone(), evidence });
     }
     let mut worst = code;
     let mut all_stopped = true;
@@ -459,9 +711,13 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
     while waiting.iter().any(|w| *w) {
         tokio::select! {
             Some(ev) = erx.recv() => match ev {
-                Ev::Got(r, Msg::Stopped { ok }) => {
+                Ev::Got(r, Msg::Stopped { ok, stuck }) => {
                     waiting[r] = false;
                     confirmed[r] = ok;
+                    if let Some(l) = stuck {
+                        multi.stuck(r);
+                        rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} ({}): {l}", job.nodes[r]));
+                    }
                     if !ok {
                         worst = worst.max(Exit::NotStopped);
                         rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} ({}): its server was not stopped", job.nodes[r]));
@@ -478,11 +734,41 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
         }
     }
     drop(senders);
+    if deferred {
+        hosts::summarize(&results, true, Some(multi.outcome()), a.launch.json, a.quiet);
+    }
     all_stopped &= confirmed.iter().all(|c| *c);
     if !interrupted && fleet::ends_allocation(code) {
         end_allocation(&job, flags.scancel, all_stopped, code, &mut rep, t0).await;
     }
     Ok(worst)
+}
+
+/// When a multi-node decision that waits for a root cause is due (see `fleet::SETTLE_MS`).
+fn settle_at(multi: &MultiNode, t0: Instant) -> tokio::time::Instant {
+    let at = multi.settle_until().unwrap_or(0);
+    tokio::time::Instant::from_std(t0) + Duration::from_millis(at)
+}
+
+/// A rank stopped because another failed, without a verdict of its own: its evidence (stacks, process
+/// states, GPU memory) is saved before its server is stopped, and told as an event.
+/// The evidence line of a stopped process, if any.
+async fn own_evidence(node: &AnyNode, name: &str, rep: &mut Reporter, t0: Instant) -> Option<String> {
+    let t = t0.elapsed().as_millis() as u64;
+    match node.evidence(name).await {
+        Ok((ev, _)) => {
+            let lines = ev.lines();
+            for l in &lines {
+                rep.note(t, &format!("evidence: {l}"));
+            }
+            rep.event(t, &vigil_core::Event::Evidence(Box::new(ev)));
+            vigil_core::evidence::stopped_line(&lines).cloned()
+        }
+        Err(e) => {
+            rep.note(t, &format!("evidence of this rank: {}", e.message()));
+            None
+        }
+    }
 }
 
 /// The server ended after ready: is the job step ending? Slurm signals every process of the step at once,
@@ -494,7 +780,7 @@ async fn job_ending() -> bool {
 }
 
 /// A rank's phase into the combined live phase (the least advanced rank's).
-fn phase(multi: &mut MultiNode, rep: &mut Reporter, t0: Instant, job: &Job, r: usize, p: Phase) {
+fn phase(multi: &mut MultiNode, rep: &mut Reporter, t0: Instant, job: &Group, r: usize, p: Phase) {
     if let Some((phase, slow)) = multi.phase(r, p) {
         let ev = WatchEvent::MultiNodePhase { phase, slowest_rank: slow, slowest_host: &job.nodes[slow] };
         rep.emit(Some(t0.elapsed().as_millis() as u64), &ev);
@@ -502,14 +788,18 @@ fn phase(multi: &mut MultiNode, rep: &mut Reporter, t0: Instant, job: &Job, r: u
 }
 
 /// One rank's connection on the head: its lines to `etx`, and a writer for what the head sends it.
-fn serve_conn(s: TcpStream, n: usize, etx: UnboundedSender<Ev>) {
+fn serve_conn(s: TcpStream, n: usize, group: String, etx: UnboundedSender<Ev>) {
     let _ = s.set_nodelay(true);
     let (rd, mut wr) = s.into_split();
     tokio::task::spawn_local(async move {
         let mut rd = BufReader::new(rd);
         let hello = tokio::time::timeout(Duration::from_secs(10), next_msg(&mut rd)).await;
-        let Ok(Some(Msg::Hello { rank, node, .. })) = hello else { return };
+        let Ok(Some(Msg::Hello { rank, node, group: theirs })) = hello else { return };
         if rank == 0 || rank >= n {
+            return;
+        }
+        if theirs != group {
+            let _ = etx.send(Ev::Foreign(rank, theirs));
             return;
         }
         let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
@@ -537,9 +827,20 @@ fn serve_conn(s: TcpStream, n: usize, etx: UnboundedSender<Ev>) {
 /// when every rank confirmed its stop, every vigil is exiting with the verdict's code and the step ends
 /// with them (a `scancel` of its own step would kill this vigil before its exit code is told); otherwise
 /// (a rank lost, silent or not stopped) `scancel JOB.STEP`. The job: `scancel JOB`.
-async fn end_allocation(job: &Job, s: Scancel, all_stopped: bool, code: Exit, rep: &mut Reporter, t0: Instant) {
+async fn end_allocation(
+    job: &Group,
+    s: Option<Scancel>,
+    all_stopped: bool,
+    code: Exit,
+    rep: &mut Reporter,
+    t0: Instant,
+) {
     let t = t0.elapsed().as_millis() as u64;
-    let Some(target) = job.target(s) else {
+    if !matches!(job.launcher, Launcher::Slurm { .. }) {
+        // each vigil exits with the verdict's code; the launcher's own policy takes it from there
+        return;
+    }
+    let Some(target) = job.target(s.unwrap_or(Scancel::Step)) else {
         rep.note(t, "--scancel none: the allocation is left to the batch script");
         return;
     };
@@ -562,8 +863,8 @@ async fn end_allocation(job: &Job, s: Scancel, all_stopped: bool, code: Exit, re
 }
 
 /// Connects to the head, retrying until `by`; sends `Hello` first.
-async fn connect(job: &Job, port: u16, by: tokio::time::Instant) -> Result<TcpStream, String> {
-    let addr = node_addr(&job.nodes[0]).await;
+async fn connect(job: &Group, port: u16, by: tokio::time::Instant) -> Result<TcpStream, String> {
+    let addr = job.head.clone();
     let mut wait = Duration::from_millis(100);
     loop {
         let attempt = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect((addr.as_str(), port))).await;
@@ -573,7 +874,7 @@ async fn connect(job: &Job, port: u16, by: tokio::time::Instant) -> Result<TcpSt
             Err(_) => "no answer within 5s".into(),
         };
         if tokio::time::Instant::now() + wait > by {
-            return Err(format!("the head node {} ({addr}:{port}): {err}", job.nodes[0]));
+            return Err(format!("the head ({addr}:{port}): {err}"));
         }
         // the head may not listen yet (it starts at the same moment): retry with backoff, up to 2 s apart
         tokio::time::sleep(wait).await;
@@ -587,12 +888,12 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
     let Ctx { job, flags, a, argv, profiles } = c;
     let name = a.name.clone().unwrap_or_default();
     let mut rep = reporter(&a, &job);
-    let port = job.port(&flags);
+    let port = job.port;
     let (node, mut local, mut prx) = start_local(&job, &a, argv, &profiles);
     // the connection: messages queue until it is up; the head's words come back on `hrx`
     let (otx, mut orx) = mpsc::unbounded_channel::<Msg>();
     let (htx, mut hrx) = mpsc::unbounded_channel::<Result<Msg, String>>();
-    let hello = Msg::Hello { rank: job.rank, node: job.nodes[job.rank].clone(), job: job.id };
+    let hello = Msg::Hello { rank: job.rank, node: job.nodes[job.rank].clone(), group: job.id.clone() };
     let join_by = tokio::time::Instant::now() + flags.join;
     let j2 = job.clone();
     let conn = tokio::task::spawn_local(async move {
@@ -628,6 +929,8 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
     let mut failed_at: Option<tokio::time::Instant> = None;
     let mut code_from_head: Option<Exit> = None;
     let mut head_lost: Option<String> = None;
+    let mut wants_evidence = false;
+    let mut stuck: Option<String> = None;
     let mut interrupted = false;
     let answer_in = a.launch.grace + Duration::from_secs(30);
     loop {
@@ -636,7 +939,8 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
             Some((_, p)) = prx.recv() => { let _ = otx.send(Msg::Phase { phase: p }); }
             r = &mut local, if own.is_none() => {
                 let r = r.unwrap_or_else(|e| HostResult { note: format!("watch: {e}"), ..HostResult::new(&job.nodes[job.rank], Some(job.rank), &name) });
-                let _ = otx.send(Msg::End { code: r.code, verdict: hosts::verdict_text(&r), note: first_line(&r.note) });
+                let stuck = r.report.as_ref().and_then(|x| vigil_core::evidence::stopped_line(&x.evidence)).cloned();
+                let _ = otx.send(Msg::End { code: r.code, verdict: hosts::verdict_text(&r), note: first_line(&r.note), consequence: r.consequence, stuck });
                 interrupted |= r.interrupted;
                 if interrupted {
                     break;
@@ -650,7 +954,7 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
             }
             end = node.wait_exit(&name), if serving && failed_at.is_none() => {
                 if job_ending().await {
-                    let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into() });
+                    let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into(), consequence: false, stuck: None });
                     interrupted = true;
                     break;
                 }
@@ -661,12 +965,13 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
                     (Exit::Crashed, format!("its server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal)))
                 };
                 rep.note(t0.elapsed().as_millis() as u64, &note);
-                let _ = otx.send(Msg::End { code, verdict: if code == Exit::Crashed { "crashed".into() } else { "stopped".into() }, note });
+                let _ = otx.send(Msg::End { code, verdict: if code == Exit::Crashed { "crashed".into() } else { "stopped".into() }, note, consequence: false, stuck: None });
                 if let Some(r) = own.as_mut() { r.code = code; }
                 failed_at = Some(tokio::time::Instant::now());
             }
             m = hrx.recv() => match m {
-                Some(Ok(Msg::Stop { code, why })) => {
+                Some(Ok(Msg::Stop { code, why, evidence })) => {
+                    wants_evidence = evidence;
                     rep.note(t0.elapsed().as_millis() as u64, &format!("the head stops this rank: {why}"));
                     code_from_head = Some(code);
                     break;
@@ -681,7 +986,7 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
             }
             _ = crate::signals::next_interrupt(), if own.is_some() => {
                 // told before this vigil's connection closes: the head must not take it for a lost rank
-                let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into() });
+                let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into(), consequence: false, stuck: None });
                 interrupted = true;
                 break;
             }
@@ -689,6 +994,10 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
     }
     if own.is_none() {
         local.abort();
+        // another rank failed: this rank's stacks and memory say whether it only waited
+        if wants_evidence {
+            stuck = own_evidence(&node, &name, &mut rep, t0).await;
+        }
     }
     if let Some(why) = &head_lost {
         rep.note(t0.elapsed().as_millis() as u64, &format!("the head node is lost: {why}"));
@@ -697,7 +1006,7 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
     if !(a.keep && interrupted) {
         ok = node.stop(&name, a.launch.grace, &mut rep).await?;
     }
-    let _ = otx.send(Msg::Stopped { ok });
+    let _ = otx.send(Msg::Stopped { ok, stuck });
     drop(otx);
     // the connection writes what is queued (bounded), then ends
     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
@@ -740,22 +1049,60 @@ mod tests {
         assert_ne!(derived_port(10, Some(0)), derived_port(10, Some(1)));
     }
 
+    fn slurm(job: u64, step: Option<u64>) -> Group {
+        Group {
+            launcher: Launcher::Slurm { job, step },
+            id: job.to_string(),
+            rank: 0,
+            nodes: vec!["a".into()],
+            head: "a".into(),
+            port: 1,
+        }
+    }
+
     #[test]
     fn scancel_targets() {
-        let j = Job { id: 7, step: Some(0), rank: 0, nodes: vec!["a".into()] };
+        let j = slurm(7, Some(0));
         assert_eq!(j.target(Scancel::Step).as_deref(), Some("7.0"));
         assert_eq!(j.target(Scancel::Job).as_deref(), Some("7"));
         assert_eq!(j.target(Scancel::None), None);
-        let batch = Job { step: None, ..j };
-        assert_eq!(batch.target(Scancel::Step).as_deref(), Some("7"));
+        assert_eq!(slurm(7, None).target(Scancel::Step).as_deref(), Some("7"));
+        let other = Group { launcher: Launcher::Flags, ..slurm(7, Some(0)) };
+        assert_eq!(other.target(Scancel::Job), None, "only a Slurm job is cancelled");
+    }
+
+    #[test]
+    fn a_launcher_names_the_place_by_flags() {
+        let f = Flags { rank: Some(1), ranks: Some(2), rendezvous: Some("10.0.0.5:24810".into()), ..Flags::default() };
+        let g = Group::from_flags(&f).unwrap();
+        assert_eq!((g.rank, g.nodes.len(), g.head.as_str(), g.port), (1, 2, "10.0.0.5", 24810));
+        assert_eq!(g.nodes[0], "10.0.0.5");
+        assert_eq!(g.run_name("sglang"), "sglang.n1");
+        assert_eq!(parse_rendezvous("[::1]:7000").unwrap(), ("::1".to_string(), 7000));
+        for bad in ["host", "host:0", ":80", "host:x", "a b:1"] {
+            assert!(parse_rendezvous(bad).is_err(), "{bad}");
+        }
+        let partial = Flags { rank: Some(0), ..Flags::default() };
+        assert!(Group::from_flags(&partial).unwrap_err().message().contains("all three"));
+        let outside = Flags { rank: Some(2), ranks: Some(2), rendezvous: Some("h:1".into()), ..Flags::default() };
+        assert!(Group::from_flags(&outside).is_err());
     }
 
     #[tokio::test]
     async fn protocol_lines_round_trip_and_are_bounded() {
-        let m = Msg::End { code: Exit::Crashed, verdict: "crashed".into(), note: "x".into() };
+        let m = Msg::End {
+            code: Exit::Crashed,
+            verdict: "crashed".into(),
+            note: "x".into(),
+            consequence: true,
+            stuck: None,
+        };
         let line = line_of(&m);
         let mut r = BufReader::new(&line[..]);
-        assert!(matches!(next_msg(&mut r).await, Some(Msg::End { code: Exit::Crashed, .. })));
+        assert!(matches!(next_msg(&mut r).await, Some(Msg::End { code: Exit::Crashed, consequence: true, .. })));
+        // an older rank's End without the field reads as a failure of its own
+        let mut r = BufReader::new(&b"{\"msg\":\"end\",\"code\":3,\"verdict\":\"crashed\",\"note\":\"\"}\n"[..]);
+        assert!(matches!(next_msg(&mut r).await, Some(Msg::End { consequence: false, .. })));
         let long = vec![b'a'; MAX_LINE + 10];
         let mut r = BufReader::new(&long[..]);
         assert!(next_msg(&mut r).await.is_none());

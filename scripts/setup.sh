@@ -14,7 +14,9 @@ MODELS_VERSION=v3
 CACHE=${VIGIL_CACHE:-$HOME/.cache/vigil}
 HERE=$(cd "$(dirname "$0")" && pwd)
 VENV=$CACHE/venv-py311-gguf$GGUF_VERSION
-BUILD=$CACHE/llama-server-$LLAMA_CPP_PY_VERSION
+# "-rpc": built with ggml's RPC backend (GGML_RPC=ON), so llama-server takes --rpc and ggml-rpc-server is there
+# too: llama.cpp's own multi-node (issue #32); a new key, so an older cache without it is not taken for this one
+BUILD=$CACHE/llama-server-$LLAMA_CPP_PY_VERSION-rpc
 MODELS=$CACHE/models-$MODELS_VERSION
 mkdir -p "$CACHE"
 log() { echo "setup: $*" >&2; }
@@ -27,7 +29,7 @@ if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.done" ]; then
   touch "$VENV/.done"
 fi
 
-if [ ! -x "$BUILD/bin/llama-server" ]; then
+if [ ! -x "$BUILD/bin/llama-server" ] || [ ! -x "$BUILD/bin/ggml-rpc-server" ]; then
   log "building llama-server from llama-cpp-python $LLAMA_CPP_PY_VERSION sdist (several minutes, once)"
   SRC=$CACHE/src
   mkdir -p "$SRC"
@@ -42,11 +44,11 @@ if [ ! -x "$BUILD/bin/llama-server" ]; then
   rm -rf "$BUILD.tmp"
   "$VENV/bin/cmake" -S "$LL" -B "$BUILD.tmp/build" -G Ninja -DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja" \
     -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >"$CACHE/llama-build.log" 2>&1 \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_RPC=ON -DBUILD_SHARED_LIBS=OFF >"$CACHE/llama-build.log" 2>&1 \
     || { tail -30 "$CACHE/llama-build.log" >&2; exit 1; }
   log "compiling (about 11 minutes on 2 cores; progress every 30 s; full log: $CACHE/llama-build.log)"
   # ninja prints [k/n] per compiled file: report the last one as a percentage while the build runs.
-  "$VENV/bin/cmake" --build "$BUILD.tmp/build" --target llama-server -j "$(nproc)" >>"$CACHE/llama-build.log" 2>&1 &
+  "$VENV/bin/cmake" --build "$BUILD.tmp/build" --target llama-server ggml-rpc-server -j "$(nproc)" >>"$CACHE/llama-build.log" 2>&1 &
   build_pid=$!
   start=$SECONDS
   while kill -0 "$build_pid" 2>/dev/null; do
@@ -59,7 +61,7 @@ if [ ! -x "$BUILD/bin/llama-server" ]; then
   done
   wait "$build_pid" || { tail -30 "$CACHE/llama-build.log"; exit 1; }
   mkdir -p "$BUILD.tmp/bin"
-  cp "$BUILD.tmp/build/bin/llama-server" "$BUILD.tmp/bin/"
+  cp "$BUILD.tmp/build/bin/llama-server" "$BUILD.tmp/build/bin/ggml-rpc-server" "$BUILD.tmp/bin/"
   cp "$LL/models/ggml-vocab-llama-spm.gguf" "$LL/models/ggml-vocab-gpt-2.gguf" "$BUILD.tmp/" 2>/dev/null || true
   rm -rf "$BUILD.tmp/build" "$BUILD"
   mv "$BUILD.tmp" "$BUILD"
@@ -76,3 +78,4 @@ fi
 
 echo "VIGIL_LLAMA_SERVER=$BUILD/bin/llama-server" >&3
 echo "VIGIL_MODELS=$MODELS" >&3
+echo "VIGIL_LLAMA_RPC_SERVER=$BUILD/bin/ggml-rpc-server" >&3

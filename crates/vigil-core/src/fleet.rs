@@ -41,6 +41,9 @@ pub struct MultiNode {
     settle_from: Option<u64>,
     /// Per rank: its evidence shows a stopped process (state T): of a stuck server, the stuck rank.
     stuck: Vec<bool>,
+    /// Per rank: it has no readiness of its own (no API, no ready line: vLLM's `--headless` workers); it is
+    /// ready when every other rank is, as long as it lives.
+    follower: Vec<bool>,
     shown: Option<Phase>,
 }
 
@@ -70,6 +73,7 @@ impl MultiNode {
             ends: 0,
             settle_from: None,
             stuck: vec![false; ranks],
+            follower: vec![false; ranks],
             shown: None,
         }
     }
@@ -108,7 +112,7 @@ impl MultiNode {
             return MultiStep::Done;
         }
         if !failed {
-            return MultiStep::Wait;
+            return if self.leaders_ready() { MultiStep::Done } else { MultiStep::Wait };
         }
         if !self.consequence[rank] {
             return MultiStep::Done;
@@ -130,10 +134,40 @@ impl MultiNode {
         }
     }
 
+    /// A rank without readiness of its own (see [`MultiNode`]'s `follower`).
+    pub fn follows(&mut self, rank: usize) {
+        if let Some(f) = self.follower.get_mut(rank) {
+            *f = true;
+        }
+    }
+
+    /// Whether a rank follows (has no readiness of its own).
+    pub fn is_follower(&self, rank: usize) -> bool {
+        self.follower.get(rank).copied().unwrap_or(false)
+    }
+
+    /// Every rank with readiness of its own is ready (at least one), and no follower has ended.
+    fn leaders_ready(&self) -> bool {
+        let leads: Vec<usize> = (0..self.ended.len()).filter(|i| !self.follower[*i]).collect();
+        !leads.is_empty()
+            && leads.iter().all(|i| self.ended[*i].is_some_and(serves))
+            && (0..self.ended.len())
+                .filter(|i| self.follower[*i])
+                .all(|i| !matches!(self.ended[i], Some(e) if !serves(e)))
+    }
+
     /// The outcome per rank once decided: ranks whose watch was stopped because another rank failed count
-    /// as still starting (`Starting`, below every failure).
+    /// as still starting (`Starting`, below every failure); a follower still running when every other rank
+    /// is ready is ready.
     pub fn exits(&self) -> Vec<Exit> {
-        self.ended.iter().map(|e| e.unwrap_or(Exit::Starting)).collect()
+        let ready = self.leaders_ready();
+        (0..self.ended.len())
+            .map(|i| match self.ended[i] {
+                Some(e) => e,
+                None if ready && self.follower[i] => Exit::Ready,
+                None => Exit::Starting,
+            })
+            .collect()
     }
 
     /// Per rank: its failure was a consequence of a peer's.
@@ -269,6 +303,27 @@ mod tests {
         // a second end of one rank changes nothing
         assert_eq!(m.ended_at(1, Exit::Ready, false, 20), MultiStep::Wait);
         assert_eq!(m.exits()[1], Exit::Crashed);
+    }
+
+    #[test]
+    fn a_follower_is_ready_with_the_others_and_fails_on_its_own() {
+        // vLLM's --headless rank 1: no API, no ready line; ready once rank 0 is
+        let mut m = MultiNode::new(2);
+        m.follows(1);
+        assert_eq!(m.ended_at(0, Exit::Ready, false, 0), MultiStep::Done);
+        assert_eq!(m.exits(), vec![Exit::Ready, Exit::Ready]);
+        assert_eq!(m.outcome(), (Exit::Ready, None));
+        // a follower that crashes fails the server
+        let mut m = MultiNode::new(3);
+        m.follows(2);
+        assert_eq!(m.ended_at(2, Exit::Crashed, false, 0), MultiStep::Done);
+        assert_eq!(m.outcome(), (Exit::Crashed, Some(2)));
+        // rank 1 (not a follower) still starting: not ready yet
+        let mut m = MultiNode::new(3);
+        m.follows(2);
+        assert_eq!(m.ended_at(0, Exit::Ready, false, 0), MultiStep::Wait);
+        assert_eq!(m.ended_at(1, Exit::Ready, false, 5), MultiStep::Done);
+        assert_eq!(m.exits()[2], Exit::Ready);
     }
 
     #[test]

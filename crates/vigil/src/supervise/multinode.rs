@@ -329,8 +329,18 @@ async fn node_addr(node: &str) -> String {
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(rename_all = "snake_case", tag = "msg")]
 enum Msg {
-    /// rank → head, first: who this is, and of which group (the head turns away another group's vigil).
-    Hello { rank: usize, node: String, group: String },
+    /// rank → head, first: who this is, and of which group (the head turns away another group's vigil);
+    /// `follower`: it has no readiness of its own (no API port: vLLM's `--headless` workers), it is ready
+    /// when the other ranks are.
+    Hello {
+        rank: usize,
+        node: String,
+        group: String,
+        #[serde(default)]
+        follower: bool,
+    },
+    /// head → a follower rank: every other rank is ready, the server serves; so is this rank.
+    Serving,
     /// rank → head: its phase changed.
     Phase { phase: Phase },
     /// rank → head: its watch ended (or its server ended after ready); `consequence`: its failure followed
@@ -363,7 +373,7 @@ enum Msg {
 
 /// What the head hears from its connections.
 enum Ev {
-    Joined(usize, String, UnboundedSender<Msg>),
+    Joined(usize, String, bool, UnboundedSender<Msg>),
     /// A vigil of another group (its id) claimed a rank: turned away.
     Foreign(usize, String),
     Got(usize, Msg),
@@ -529,11 +539,14 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                     rep.note(t0.elapsed().as_millis() as u64, &format!("turned away a vigil of another group ({group}) claiming rank {r}"));
                     MultiStep::Wait
                 }
-                Ev::Joined(r, node_name, tx) => {
+                Ev::Joined(r, node_name, follower, tx) => {
                     let t = t0.elapsed().as_millis() as u64;
                     if !joined[r] {
                         joined[r] = true;
                         senders[r] = Some(tx);
+                        if follower {
+                            multi.follows(r);
+                        }
                         rep.note(t, &format!("rank {r} ({node_name}) reported in"));
                         if !matches!(job.launcher, Launcher::Slurm { .. }) {
                             job.nodes[r] = node_name;
@@ -601,6 +614,17 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
         Some(r) => {
             if r.report.as_ref().and_then(|x| vigil_core::evidence::stopped_line(&x.evidence)).is_some() {
                 multi.stuck(0);
+            }
+        }
+    }
+    // followers still running when every other rank is ready are ready with them, and told so
+    let exits = multi.exits();
+    for r in 1..n {
+        if results[r].is_none() && multi.is_follower(r) && exits[r] == Exit::Ready {
+            let why = "ready: the other ranks are (no readiness of its own: no API port)".to_string();
+            results[r] = Some(end_of(&job.nodes, r, Exit::Ready, "ready".into(), why));
+            if let Some(tx) = &senders[r] {
+                let _ = tx.send(Msg::Serving);
             }
         }
     }
@@ -794,7 +818,7 @@ fn serve_conn(s: TcpStream, n: usize, group: String, etx: UnboundedSender<Ev>) {
     tokio::task::spawn_local(async move {
         let mut rd = BufReader::new(rd);
         let hello = tokio::time::timeout(Duration::from_secs(10), next_msg(&mut rd)).await;
-        let Ok(Some(Msg::Hello { rank, node, group: theirs })) = hello else { return };
+        let Ok(Some(Msg::Hello { rank, node, group: theirs, follower })) = hello else { return };
         if rank == 0 || rank >= n {
             return;
         }
@@ -811,7 +835,7 @@ fn serve_conn(s: TcpStream, n: usize, group: String, etx: UnboundedSender<Ev>) {
             }
             let _ = wr.shutdown().await;
         });
-        if etx.send(Ev::Joined(rank, node, tx)).is_err() {
+        if etx.send(Ev::Joined(rank, node, follower, tx)).is_err() {
             return;
         }
         while let Some(m) = next_msg(&mut rd).await {
@@ -889,11 +913,17 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
     let name = a.name.clone().unwrap_or_default();
     let mut rep = reporter(&a, &job);
     let port = job.port;
+    // a rank whose command names no API port has no readiness of its own (vLLM's --headless workers)
+    let follower = crate::sources::follow::arg_value(
+        &argv.iter().map(|x| String::from_utf8_lossy(x).into_owned()).collect::<Vec<_>>(),
+        "--port",
+    )
+    .is_none();
     let (node, mut local, mut prx) = start_local(&job, &a, argv, &profiles);
     // the connection: messages queue until it is up; the head's words come back on `hrx`
     let (otx, mut orx) = mpsc::unbounded_channel::<Msg>();
     let (htx, mut hrx) = mpsc::unbounded_channel::<Result<Msg, String>>();
-    let hello = Msg::Hello { rank: job.rank, node: job.nodes[job.rank].clone(), group: job.id.clone() };
+    let hello = Msg::Hello { rank: job.rank, node: job.nodes[job.rank].clone(), group: job.id.clone(), follower };
     let join_by = tokio::time::Instant::now() + flags.join;
     let j2 = job.clone();
     let conn = tokio::task::spawn_local(async move {
@@ -970,6 +1000,12 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
                 failed_at = Some(tokio::time::Instant::now());
             }
             m = hrx.recv() => match m {
+                Some(Ok(Msg::Serving)) if own.is_none() => {
+                    local.abort();
+                    let note = "ready: the other ranks are (no readiness of its own: no API port)";
+                    rep.note(t0.elapsed().as_millis() as u64, note);
+                    own = Some(HostResult { code: Exit::Ready, note: note.into(), ..HostResult::new(&job.nodes[job.rank], Some(job.rank), &name) });
+                }
                 Some(Ok(Msg::Stop { code, why, evidence })) => {
                     wants_evidence = evidence;
                     rep.note(t0.elapsed().as_millis() as u64, &format!("the head stops this rank: {why}"));

@@ -29,11 +29,11 @@ else
 fi
 WEIGHTS_RE='Load weight begin|Loading weights|Loading safetensors|Starting to load model|load_model'
 
-# tp_start NAME RANK LIMIT [vigil flags] [-- extra env for the server as K=V...]: rank RANK's vigil in the
+# tp_start NAME LIMIT RANK [vigil flags] [-- extra env for the server as K=V...]: rank RANK's vigil in the
 # background; its pid in TP_PID[RANK]
-declare -A TP_PID
+TP_PID0=""; TP_PID1=""; TP_T0=0; TP_T1=0
 tp_start() {
-  local name=$1 r=$2 lim=$3; shift 3
+  local name=$1 lim=$2 r=$3; shift 3
   local d=$OD/$name; mkdir -p "$d"
   local ifn=lo; [ -n "${TP_BAD_IF:-}" ] && [ "$r" = 1 ] && ifn=$TP_BAD_IF
   # shellcheck disable=SC2046
@@ -43,17 +43,19 @@ tp_start() {
              -- "${SERVE[@]}" "${TP_COMMON[@]}" $(tp_rank_flags "$r"))
   printf '%q ' "${cmd[@]}" > "$d/cmd-rank$r.txt"
   rm -rf "${VIGIL_STATE_DIR:?}/runs/$name.n$r"
-  ( t=$SECONDS; timeout -k 20 "$lim" "${cmd[@]}" > "$d/rank$r.jsonl" 2> "$d/rank$r.stderr"
-    echo $? > "$d/rank$r.rc"; echo $((SECONDS - t)) > "$d/rank$r.secs" ) &
-  TP_PID[$r]=$!
+  # vigil itself in the background (under timeout, which passes a SIGTERM on): its pid is the one to signal
+  timeout -k 20 "$lim" "${cmd[@]}" > "$d/rank$r.jsonl" 2> "$d/rank$r.stderr" &
+  printf -v "TP_PID$r" %s "$!"
+  printf -v "TP_T$r" %s "$SECONDS"
 }
+tp_pid() { if [ "$1" = 0 ]; then echo "$TP_PID0"; else echo "$TP_PID1"; fi; }
 tp_log() { echo "$VIGIL_STATE_DIR/runs/$1.n$2/server.log"; }
 # tp_wait_line NAME PATTERN SECONDS [RANKS]: until a rank's log has a line matching PATTERN (0) or time is up (1)
 tp_wait_line() {
   local name=$1 re=$2 secs=$3 ranks=${4:-"0 1"} i r
   for i in $(seq 1 $((secs * 20))); do
     for r in $ranks; do grep -aEq "$re" "$(tp_log "$name" "$r")" 2>/dev/null && return 0; done
-    kill -0 "${TP_PID[0]}" 2>/dev/null || kill -0 "${TP_PID[1]}" 2>/dev/null || return 1
+    kill -0 "$TP_PID0" 2>/dev/null || kill -0 "$TP_PID1" 2>/dev/null || return 1
     sleep 0.05
   done
   return 1
@@ -62,13 +64,16 @@ tp_wait_line() {
 tp_end() {
   local name=$1 d=$OD/$1 r i
   for i in $(seq 1 240); do
-    kill -0 "${TP_PID[0]}" 2>/dev/null || kill -0 "${TP_PID[1]}" 2>/dev/null || break
+    kill -0 "$TP_PID0" 2>/dev/null || kill -0 "$TP_PID1" 2>/dev/null || break
     sleep 0.5
   done
   for r in 0 1; do
-    kill -0 "${TP_PID[$r]}" 2>/dev/null && { note "$name: rank $r's vigil still running: SIGTERM"; kill "${TP_PID[$r]}"; }
+    kill -0 "$(tp_pid "$r")" 2>/dev/null && { note "$name: rank $r's vigil still running: SIGTERM"; kill "$(tp_pid "$r")"; }
   done
-  wait "${TP_PID[0]}" "${TP_PID[1]}" 2>/dev/null
+  for r in 0 1; do
+    wait "$(tp_pid "$r")" 2>/dev/null; echo $? > "$d/rank$r.rc"
+    local t0v; if [ "$r" = 0 ]; then t0v=$TP_T0; else t0v=$TP_T1; fi; echo $((SECONDS - t0v)) > "$d/rank$r.secs"
+  done
   for r in 0 1; do
     cp -a "$VIGIL_STATE_DIR/runs/$name.n$r" "$d/run$r" 2>/dev/null
     pkill -CONT -f "$RANK1_ENGINE" 2>/dev/null
@@ -122,7 +127,7 @@ sc_t1() {
   local i
   for i in $(seq 1 5000); do
     grep -q '"multi_node_verdict"' "$d/rank0.jsonl" 2>/dev/null && break
-    kill -0 "${TP_PID[0]}" 2>/dev/null || break
+    kill -0 "$TP_PID0" 2>/dev/null || break
     sleep 0.05
   done
   note "t1: head's first verdict: $(grep '"multi_node_verdict"' "$d/rank0.jsonl" | head -1 | cut -c1-200)"

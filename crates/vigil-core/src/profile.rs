@@ -202,6 +202,9 @@ pub struct CmdSpec {
     /// The model's configuration is a Hugging Face `config.json` that `check` reads (else GGUF or unknown).
     #[serde(default)]
     pub hf_config: bool,
+    /// A flag that starts no API server at all (vLLM's `--headless` worker nodes): nothing to probe, whatever
+    /// `--port` says.
+    pub no_api_flag: Option<String>,
 }
 
 impl CmdSpec {
@@ -210,6 +213,13 @@ impl CmdSpec {
         let Some(flag) = &self.dummy_health_flag else { return false };
         let min = self.dummy_health_min.unwrap_or(1);
         crate::arg_value(argv, flag).and_then(|v| v.parse::<u64>().ok()).is_some_and(|v| v >= min)
+    }
+
+    /// Does this command line start no API server (`no_api_flag` given, alone or `=true`)?
+    pub fn no_api(&self, argv: &[String]) -> bool {
+        let Some(flag) = &self.no_api_flag else { return false };
+        let eq = format!("{flag}=");
+        argv.iter().any(|a| a == flag || a.strip_prefix(&eq).is_some_and(|v| v.eq_ignore_ascii_case("true")))
     }
 }
 
@@ -726,6 +736,9 @@ impl Profile {
             self.cmd.dummy_health_min = c.dummy_health_min;
         }
         self.cmd.hf_config |= c.hf_config;
+        if c.no_api_flag.is_some() {
+            self.cmd.no_api_flag = c.no_api_flag.clone();
+        }
         if let Some(v) = &s.engine_titles {
             self.engine_titles = v.iter().map(|p| re(origin, "engine_titles", p)).collect::<Result<_, _>>()?;
         }

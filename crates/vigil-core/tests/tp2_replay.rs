@@ -193,7 +193,8 @@ fn tp2_captures_replay_to_their_label_and_to_what_the_head_said() {
             && (want_c == "-" || want_c.split('|').any(|c| c == got_c))
             && by == (want_v != "ready").then_some(want_r);
         let live = live(dir);
-        let live_ok = live.as_ref().is_none_or(|(v, r)| v == want_v && (want_v == "ready" || *r == Some(want_r as u64)));
+        let live_ok =
+            live.as_ref().is_none_or(|(v, r)| v == want_v && (want_v == "ready" || *r == Some(want_r as u64)));
         println!("{line}  label {}  live {live:?}  {}", label.trim(), if ok && live_ok { "ok" } else { "MISMATCH" });
         if !(ok && live_ok) {
             bad.push(format!("{line} (label {}; live {live:?})", label.trim()));

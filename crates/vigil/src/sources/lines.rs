@@ -5,6 +5,13 @@
 //! the next state, which may be a while off. Live readers hand the state on as it stands once their source
 //! goes quiet (`take_redraw`); the end that follows does not hand it on again unless it grew meanwhile.
 //! Empty redraws (the `\r` right after a newline) are dropped; a blank `\r\n` line is kept.
+//!
+//! A writer that tags each line with its process (vLLM's multiproc workers: `(Worker_TP0 pid=15885) ` at the
+//! start of every line, `vllm/utils/system_utils.py` `_add_prefix`) writes the tag and then the bar's `\r`: the
+//! tag is the start of the line the bar redraws, so it heads each of the bar's states (`(Worker_TP0 pid=15885)
+//! Capturing CUDA graphs ...`), and the state counts for that rank (seen on the GPU machine, issue #32: the
+//! untagged bar of TP0 left the rank in `compile` while it captured). A line's first segment is taken for a tag
+//! when it is short and ends in `) ` or `] `.
 
 pub const MAX_LINE: usize = 64 * 1024;
 
@@ -20,6 +27,16 @@ pub struct Splitter {
     redraw: bool,
     /// The current segment was handed on (by `take_redraw`) at this length.
     shown: Option<usize>,
+    /// The writer's tag that started this line, before its first `\r`: it heads each redraw of the line.
+    tag: Option<Vec<u8>>,
+}
+
+/// Longest line tag carried onto a bar's states.
+const MAX_TAG: usize = 96;
+
+/// A line's first segment, ended by `\r`, that is a writer's tag: short, ending in `) ` or `] `.
+fn is_tag(seg: &[u8]) -> bool {
+    seg.len() <= MAX_TAG && (seg.ends_with(b") ") || seg.ends_with(b"] "))
 }
 
 impl Splitter {
@@ -48,8 +65,13 @@ impl Splitter {
                 }
                 self.redraw = false;
                 self.empty_cr = false;
+                self.tag = None;
             } else {
-                if !empty {
+                if !empty && !self.redraw && self.cut == 0 && is_tag(&self.buf) {
+                    // the line's tag: it heads the redraws that follow, not a line of its own
+                    self.tag = Some(std::mem::take(&mut self.buf));
+                    self.shown = None;
+                } else if !empty {
                     self.end(out);
                 }
                 self.empty_cr = empty;
@@ -91,7 +113,10 @@ impl Splitter {
     }
 
     fn text(&self) -> String {
-        let mut s = String::from_utf8_lossy(&self.buf).into_owned();
+        let mut s = match (&self.tag, self.redraw) {
+            (Some(t), true) => String::from_utf8_lossy(&[&t[..], &self.buf[..]].concat()).into_owned(),
+            _ => String::from_utf8_lossy(&self.buf).into_owned(),
+        };
         if self.cut > 0 {
             s.push_str(&format!(" [… {} bytes cut]", self.cut));
         }
@@ -115,6 +140,7 @@ impl Splitter {
             self.end(&mut |l| last = Some(l));
         }
         (self.last_was_cr, self.empty_cr, self.redraw) = (false, false, false);
+        self.tag = None;
         last
     }
 }
@@ -186,6 +212,19 @@ mod tests {
         assert_eq!(split(&[&writes.concat()]), vec!["phase line", "bar 0/3", "bar 1/3", "bar 3/3"]);
         // a writer that puts `\r` after each state instead
         assert_eq!(live(&[b"a 1/2\r", b"a 2/2\r", b"\n", b"next\n"]), vec!["a 1/2", "a 2/2", "next"]);
+    }
+
+    #[test]
+    fn a_writers_line_tag_heads_each_state_of_its_bar() {
+        // vLLM 0.26.0's TP0 worker on the GPU machine (issue #32): the tag, then tqdm's `\r` states
+        let writes: [&[u8]; 4] = [b"(Worker_TP0 pid=15885) ", b"\rCapturing 0/51", b"\rCapturing 1/51", b"\n"];
+        let want = vec!["(Worker_TP0 pid=15885) Capturing 0/51", "(Worker_TP0 pid=15885) Capturing 1/51"];
+        assert_eq!(live(&writes), want);
+        assert_eq!(split(&[&writes.concat()]), want);
+        // the next line has its own tag, or none
+        assert_eq!(split(&[b"[x TP1] \rbar 1/2\nplain\rbar 2/2\n"]), vec!["[x TP1] bar 1/2", "plain", "bar 2/2"]);
+        // a line's text before a `\r` that is not a tag is a line of its own
+        assert_eq!(split(&[b"loading weights...\rbar 1/2\n"]), vec!["loading weights...", "bar 1/2"]);
     }
 
     #[test]

@@ -81,9 +81,9 @@ fn replay_rank(profiles: &Profiles, server: &str, dir: &Path, r: usize, stall: O
             }
         }
     };
-    for raw in text.split(['\n', '\r']) {
+    for raw in live_lines(&text) {
         now += STEP_MS;
-        let evs = j.feed(Fact { at: Some(now), input: Input::Line(Box::new(cl.classify(raw))) });
+        let evs = j.feed(Fact { at: Some(now), input: Input::Line(Box::new(cl.classify(&raw))) });
         take(evs, &mut probe_ok);
         if r == 0 && probe_ok && j.state() == Verdict::Starting {
             let evs = j.feed(Fact { at: Some(now), input: Input::Probe(ProbeOutcome::Ok) });
@@ -108,6 +108,25 @@ fn replay_rank(profiles: &Profiles, server: &str, dir: &Path, r: usize, stall: O
     last.unwrap_or_else(|| j.final_report())
 }
 
+/// The log's lines as the live reader hands them on (crates/vigil/src/sources/lines.rs): `\n`, `\r\n` and bare
+/// `\r` end a line, and a writer's line tag before a bar's first `\r` (vLLM's `(Worker_TP0 pid=N) `) heads each
+/// state of that bar.
+fn live_lines(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.split('\n') {
+        let mut parts = line.split('\r');
+        let first = parts.next().unwrap_or("");
+        let rest: Vec<&str> = parts.filter(|p| !p.is_empty()).collect();
+        let tag = !rest.is_empty() && first.len() <= 96 && (first.ends_with(") ") || first.ends_with("] "));
+        if tag {
+            out.extend(rest.iter().map(|p| format!("{first}{p}")));
+        } else {
+            out.extend(std::iter::once(first).chain(rest).map(String::from));
+        }
+    }
+    out
+}
+
 fn exit_of(v: Verdict) -> Exit {
     match v {
         Verdict::Ready => Exit::Ready,
@@ -119,21 +138,31 @@ fn exit_of(v: Verdict) -> Exit {
     }
 }
 
-/// A rank's evidence lines as its vigil saved them (the `evidence` events of its `--json` lines).
+/// A rank's own evidence, as its vigil saved it (its `evidence` events, its verdict's evidence lines), shows a
+/// stopped process. Notes are not evidence: the head repeats a rank's stopped line in its own output.
 fn evidence_says_stopped(dir: &Path, r: usize) -> bool {
     let t = std::fs::read_to_string(dir.join(format!("rank{r}.jsonl"))).unwrap_or_default();
-    t.lines().any(|l| l.contains("\"state\":\"T\"") || l.contains(vigil_core::evidence::STOPPED_MARK))
+    t.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|e| match e["event"].as_str() {
+        Some("evidence") => {
+            e["procs"].as_array().is_some_and(|ps| ps.iter().any(|p| matches!(p["state"].as_str(), Some("T" | "t"))))
+        }
+        Some("verdict") => e["evidence"].as_array().is_some_and(|ls| {
+            ls.iter().any(|l| l.as_str().is_some_and(|l| l.contains(vigil_core::evidence::STOPPED_MARK)))
+        }),
+        _ => false,
+    })
 }
 
-/// The head's live combined verdict: the last `multi_node_verdict` of rank 0's `--json` lines.
-fn live(dir: &Path) -> Option<(String, Option<u64>)> {
+/// The head's live combined verdict: the last `multi_node_verdict` of rank 0's `--json` lines (its exit code
+/// and deciding rank). A capture whose live verdict was wrong, and fixed after the run, says so in `LIVE`.
+fn live(dir: &Path) -> Option<(i64, Option<u64>)> {
     let t = std::fs::read_to_string(dir.join("rank0.jsonl")).ok()?;
     let v = t
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|e| e["event"] == "multi_node_verdict")
         .last()?;
-    Some((v["verdict"].as_str().unwrap_or("").to_string(), v["decided_by"]["rank"].as_u64()))
+    Some((v["exit"].as_i64().unwrap_or(-1), v["decided_by"]["rank"].as_u64()))
 }
 
 #[test]
@@ -184,7 +213,11 @@ fn tp2_captures_replay_to_their_label_and_to_what_the_head_said() {
             Exit::Unhealthy => "unhealthy",
             _ => "starting",
         };
-        let got_p = decider.map_or("-", |r| r.phase.as_str());
+        // the server's phase: the decider's, or where the server stalled when the decider (a stopped rank with
+        // no failure of its own: a follower) shows none
+        let failed = |r: &&Report| r.verdict != Verdict::Starting && r.verdict != Verdict::Ready;
+        let phase_of = decider.filter(failed).or_else(|| reports.iter().find(failed));
+        let got_p = phase_of.map_or("-", |r| r.phase.as_str());
         let got_c = decider.and_then(|r| r.cause).map_or("-", |c| c.as_str());
         let got_r = by.map_or("-".to_string(), |r| r.to_string());
         let line = format!("{name:<28} {got_v:<9} {got_p:<12} {got_c:<12} rank {got_r}");
@@ -193,8 +226,15 @@ fn tp2_captures_replay_to_their_label_and_to_what_the_head_said() {
             && (want_c == "-" || want_c.split('|').any(|c| c == got_c))
             && by == (want_v != "ready").then_some(want_r);
         let live = live(dir);
-        let live_ok =
-            live.as_ref().is_none_or(|(v, r)| v == want_v && (want_v == "ready" || *r == Some(want_r as u64)));
+        let want_exit = match want_v {
+            "ready" => 0,
+            "crashed" => 3,
+            "stalled" => 4,
+            _ => -1,
+        };
+        let fixed_after = std::fs::read_to_string(dir.join("LIVE")).ok();
+        let live_ok = fixed_after.is_some()
+            || live.as_ref().is_none_or(|(e, r)| *e == want_exit && (want_v == "ready" || *r == Some(want_r as u64)));
         println!("{line}  label {}  live {live:?}  {}", label.trim(), if ok && live_ok { "ok" } else { "MISMATCH" });
         if !(ok && live_ok) {
             bad.push(format!("{line} (label {}; live {live:?})", label.trim()));

@@ -354,6 +354,9 @@ enum Msg {
         /// Its verdict's evidence shows a stopped process: that line.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stuck: Option<String>,
+        /// Its verdict: what it was, in which phase, of what cause (the head's table and JSON carry them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        report: Option<RankVerdict>,
     },
     /// head → rank: the server is decided bad (or interrupted): stop yours and exit with `code`; `evidence`:
     /// a failure, so a rank without a verdict of its own saves its evidence first.
@@ -369,6 +372,15 @@ enum Msg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stuck: Option<String>,
     },
+}
+
+/// A rank's verdict as the head's table and JSON carry it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct RankVerdict {
+    verdict: vigil_core::Verdict,
+    phase: Phase,
+    #[serde(default)]
+    cause: Option<vigil_core::Cause>,
 }
 
 /// What the head hears from its connections.
@@ -507,6 +519,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
     let mut joined = vec![false; n];
     joined[0] = true;
     let mut multi = MultiNode::new(n);
+    let mut stuck_lines: Vec<Option<String>> = vec![None; n];
     let t0 = Instant::now();
     let join_by = tokio::time::Instant::now() + flags.join;
     let mut interrupted = false;
@@ -560,12 +573,18 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                     phase(&mut multi, &mut rep, t0, &job, r, p);
                     MultiStep::Wait
                 }
-                Ev::Got(r, Msg::End { code, verdict, note, consequence, stuck }) if results[r].is_none() => {
+                Ev::Got(r, Msg::End { code, verdict, note, consequence, stuck, report }) if results[r].is_none() => {
                     if stuck.is_some() {
                         multi.stuck(r);
+                        stuck_lines[r] = stuck;
                     }
                     let mut res = end_of(&job.nodes, r, code, verdict, note);
                     res.consequence = consequence;
+                    res.report = report.map(|v| {
+                        let mut b = vigil_core::Report::bare(v.verdict, v.phase);
+                        b.cause = v.cause;
+                        b
+                    });
                     results[r] = Some(res);
                     multi.ended_at(r, code, consequence, t0.elapsed().as_millis() as u64)
                 }
@@ -607,8 +626,9 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
         None => {
             local.abort();
             // another rank failed: this rank's stacks and memory say whether it only waited
-            if deferred && own_evidence(&*node, &name, &mut rep, t0).await.is_some() {
+            if let Some(l) = if deferred { own_evidence(&*node, &name, &mut rep, t0).await } else { None } {
                 multi.stuck(0);
+                stuck_lines[0] = Some(l);
             }
         }
         Some(r) => {
@@ -662,8 +682,11 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                         why = "interrupted: the launcher is stopping the ranks".into();
                         interrupted = true;
                         code = Exit::Ready;
-                    } else if x.orderly_after_ready(end.requested) {
-                        why = format!("rank 0's server {} after ready", crate::node::up::stopped_how(x, end.requested));
+                    } else if end.requested {
+                        // only a stop that was asked for (vigil down) is an orderly end of one rank: a rank that
+                        // ends on its own, even with status 0 (vLLM's --headless node once its worker died), takes
+                        // the server down with it
+                        why = format!("rank 0: {}", crate::node::up::stopped_how(x, end.requested));
                         code = Exit::Ready;
                     } else {
                         why = format!("rank 0's server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal));
@@ -741,6 +764,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                     if let Some(l) = stuck {
                         multi.stuck(r);
                         rep.note(t0.elapsed().as_millis() as u64, &format!("rank {r} ({}): {l}", job.nodes[r]));
+                        stuck_lines[r] = Some(l);
                     }
                     if !ok {
                         worst = worst.max(Exit::NotStopped);
@@ -759,7 +783,17 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
     }
     drop(senders);
     if deferred {
-        hosts::summarize(&results, true, Some(multi.outcome()), a.launch.json, a.quiet);
+        let (exit, by) = multi.outcome();
+        // a rank decided by its stopped process, with no verdict of its own (it only stopped moving): the
+        // server's outcome is its line, with the evidence that says why
+        if let Some(b) = by.filter(|b| results[*b].code == Exit::Starting) {
+            results[b].code = exit;
+            results[b].shown = Some(format!("{exit} (its process is stopped)"));
+            if let Some(l) = &stuck_lines[b] {
+                results[b].note = l.clone();
+            }
+        }
+        hosts::summarize(&results, true, Some((exit, by)), a.launch.json, a.quiet);
     }
     all_stopped &= confirmed.iter().all(|c| *c);
     if !interrupted && fleet::ends_allocation(code) {
@@ -973,7 +1007,8 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
             r = &mut local, if own.is_none() => {
                 let r = r.unwrap_or_else(|e| HostResult { note: format!("watch: {e}"), ..HostResult::new(&job.nodes[job.rank], Some(job.rank), &name) });
                 let stuck = r.report.as_ref().and_then(|x| vigil_core::evidence::stopped_line(&x.evidence)).cloned();
-                let _ = otx.send(Msg::End { code: r.code, verdict: hosts::verdict_text(&r), note: first_line(&r.note), consequence: r.consequence, stuck });
+                let report = r.report.as_ref().map(|x| RankVerdict { verdict: x.verdict, phase: x.phase, cause: x.cause });
+                let _ = otx.send(Msg::End { code: r.code, verdict: hosts::verdict_text(&r), note: first_line(&r.note), consequence: r.consequence, stuck, report });
                 interrupted |= r.interrupted;
                 if interrupted {
                     break;
@@ -987,18 +1022,20 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
             }
             end = node.wait_exit(&name), if serving && failed_at.is_none() => {
                 if job_ending().await {
-                    let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into(), consequence: false, stuck: None });
+                    let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into(), consequence: false, stuck: None, report: None });
                     interrupted = true;
                     break;
                 }
                 let x = &end.exit;
-                let (code, note) = if x.orderly_after_ready(end.requested) {
-                    (Exit::Ready, format!("its server {} after ready", crate::node::up::stopped_how(x, end.requested)))
+                // a rank's server that ends after ready without being asked to (status 0 included: vLLM's
+                // --headless node exits 0 once its worker died, seen on the GPU machine, issue #32) fails the server
+                let (code, note) = if end.requested {
+                    (Exit::Ready, crate::node::up::stopped_how(x, end.requested))
                 } else {
                     (Exit::Crashed, format!("its server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal)))
                 };
                 rep.note(t0.elapsed().as_millis() as u64, &note);
-                let _ = otx.send(Msg::End { code, verdict: if code == Exit::Crashed { "crashed".into() } else { "stopped".into() }, note, consequence: false, stuck: None });
+                let _ = otx.send(Msg::End { code, verdict: if code == Exit::Crashed { "crashed".into() } else { "stopped".into() }, note, consequence: false, stuck: None, report: None });
                 if let Some(r) = own.as_mut() { r.code = code; }
                 failed_at = Some(tokio::time::Instant::now());
             }
@@ -1025,7 +1062,7 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
             }
             _ = crate::signals::next_interrupt(), if own.is_some() => {
                 // told before this vigil's connection closes: the head must not take it for a lost rank
-                let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into(), consequence: false, stuck: None });
+                let _ = otx.send(Msg::End { code: Exit::Interrupted, verdict: "interrupted".into(), note: "interrupted".into(), consequence: false, stuck: None, report: None });
                 interrupted = true;
                 break;
             }
@@ -1130,6 +1167,7 @@ mod tests {
     #[tokio::test]
     async fn protocol_lines_round_trip_and_are_bounded() {
         let m = Msg::End {
+            report: None,
             code: Exit::Crashed,
             verdict: "crashed".into(),
             note: "x".into(),

@@ -75,7 +75,7 @@ fn lines(p: &Path) -> Vec<serde_json::Value> {
 }
 
 fn find(p: &Path, event: &str) -> Option<serde_json::Value> {
-    lines(p).into_iter().filter(|e| e["event"] == event).last()
+    lines(p).into_iter().rfind(|e| e["event"] == event)
 }
 
 fn launched_pid(p: &Path) -> Option<i32> {

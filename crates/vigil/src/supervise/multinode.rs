@@ -11,6 +11,7 @@
 //!   (`SLURMD_NODENAME`): the rank is the node's place in that list, the head is its first node, reached at
 //!   its Slurm address (`scontrol show node`, `NodeAddr`) on a TCP port derived from the job and step ids
 //!   (`--rendezvous-port` to choose it).
+//!
 //! The other ranks connect to the head and send their phases and verdict as JSON lines; the head feeds them
 //! to the core's `fleet::MultiNode` (a rank that failed on its own decides over one whose failure followed a
 //! peer's; ready needs every rank). No SSH and no shared directory are needed.
@@ -626,7 +627,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
         None => {
             local.abort();
             // another rank failed: this rank's stacks and memory say whether it only waited
-            if let Some(l) = if deferred { own_evidence(&*node, &name, &mut rep, t0).await } else { None } {
+            if let Some(l) = if deferred { own_evidence(&node, &name, &mut rep, t0).await } else { None } {
                 multi.stuck(0);
                 stuck_lines[0] = Some(l);
             }

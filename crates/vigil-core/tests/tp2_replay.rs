@@ -159,9 +159,9 @@ fn live(dir: &Path) -> Option<(i64, Option<u64>)> {
     let t = std::fs::read_to_string(dir.join("rank0.jsonl")).ok()?;
     let v = t
         .lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["event"] == "multi_node_verdict")
-        .last()?;
+        .find(|e| e["event"] == "multi_node_verdict")?;
     Some((v["exit"].as_i64().unwrap_or(-1), v["decided_by"]["rank"].as_u64()))
 }
 

@@ -127,16 +127,6 @@ fn live_lines(text: &str) -> Vec<String> {
     out
 }
 
-fn exit_of(v: Verdict) -> Exit {
-    match v {
-        Verdict::Ready => Exit::Ready,
-        Verdict::Crashed => Exit::Crashed,
-        Verdict::Stalled => Exit::Stalled,
-        Verdict::Timeout => Exit::Timeout,
-        Verdict::Unhealthy => Exit::Unhealthy,
-        _ => Exit::Starting,
-    }
-}
 
 /// A rank's own evidence, as its vigil saved it (its `evidence` events, its verdict's evidence lines), shows a
 /// stopped process. Notes are not evidence: the head repeats a rank's stopped line in its own output.
@@ -192,7 +182,7 @@ fn tp2_captures_replay_to_their_label_and_to_what_the_head_said() {
             let lines = rep.evidence.iter().map(String::as_str).chain(rep.detail.as_deref());
             let consequence = rep.verdict != Verdict::Ready && profiles.peer_gone(Some(server), lines);
             if step == MultiStep::Wait {
-                step = m.ended_at(r, exit_of(rep.verdict), consequence, 1_000 + r as u64);
+                step = m.ended_at(r, Exit::for_verdict(rep.verdict), consequence, 1_000 + r as u64);
             }
         }
         if step == MultiStep::Wait {

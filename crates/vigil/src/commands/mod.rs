@@ -243,11 +243,9 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, 
     // records written before vigil kept systemd's variables out still hold them: never replay them
     env.retain(|(k, _)| !crate::sinks::notify::NOTIFY_VARS.contains(&k.as_str()));
     let mut rep = Reporter::new(a.launch.json, a.quiet);
-    if let Some(st) = crate::node::up::read_state(&dir) {
-        let surv = crate::node::up::stop_run(&dir, &st, a.launch.grace, &mut rep).await?;
-        if !surv.is_empty() {
-            return Ok(Exit::NotStopped);
-        }
+    let surv = crate::node::up::stop_run(&dir, a.launch.grace, &mut rep).await?;
+    if !surv.is_empty() {
+        return Ok(Exit::NotStopped);
     }
     let launch = crate::node::LaunchSettings { replace: true, ..a.launch };
     let a = UpArgs { detach: true, name: Some(name.to_string()), server: rec.server.clone(), launch, ..a };

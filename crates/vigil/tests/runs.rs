@@ -286,9 +286,15 @@ fn e2e_keeper_killed_is_said_and_the_server_still_stops() {
     let server = state_json(&run_dir)["server_pid"].as_i64().unwrap() as i32;
     let k = keepers(&run_dir);
     assert_eq!(k.len(), 1);
+    // `vigil watch` of the run (the watch of `wait` after ready), when the keeper dies
+    let (mut waiter, mut events) = spawn_json(vigil_in(&d.0, &["watch", "k", "--json"]));
+    while events.next().expect("watch ended early")["verdict"] != "ready" {}
     signal(k[0], libc::SIGKILL);
     assert!(poll_until(T, Duration::from_millis(5), || !alive(k[0])));
     assert!(alive(server));
+    let told: Vec<serde_json::Value> = events.collect();
+    assert_eq!(wait_bounded(&mut waiter, T).code(), Some(13), "{told:?}");
+    assert!(told.iter().any(|v| v.to_string().contains("the keeper of run k died at ")), "{told:?}");
     let (code, rows, err) = status(&d.0);
     assert_eq!(code, Some(0));
     assert_eq!(row(&rows, "k")["state"], "keeper died", "{rows:?}");

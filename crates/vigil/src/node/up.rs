@@ -178,8 +178,44 @@ pub fn keeper_died_at(dir: &Path) -> u64 {
 pub fn keeper_died_line(name: &str, at_ms: u64) -> String {
     format!(
         "the keeper of run {name} died at {}: the server lives on but its output after that is lost; `vigil down {name}` stops it",
-        crate::sinks::history::fmt_time(at_ms)
+        at_text(at_ms)
     )
+}
+
+/// "2026-12-02 05:42:10 UTC".
+fn at_text(at_ms: u64) -> String {
+    let t = crate::sinks::history::fmt_time(at_ms);
+    match t.strip_suffix(" UTC") {
+        Some(hm) => format!("{hm}:{:02} UTC", (at_ms / 1000) % 60),
+        None => t,
+    }
+}
+
+/// Watches the keeper of the run in `dir` while its server `pid` lives: when the keeper dies first, the
+/// line that says so goes to `tx` (once). A run without a live keeper at the start is not watched.
+pub fn watch_keeper(dir: PathBuf, pid: i32, tx: tokio::sync::mpsc::UnboundedSender<String>) {
+    tokio::spawn(async move {
+        let Some(k) = tokio::task::spawn_blocking({
+            let dir = dir.clone();
+            move || find_run(&dir).keeper
+        })
+        .await
+        .ok()
+        .flatten() else {
+            return;
+        };
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        while !tx.is_closed() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if !k.is_live() {
+                // the keeper ends after the server in order: only a server still alive means it died
+                if procs::alive(pid) {
+                    let _ = tx.send(keeper_died_line(&name, keeper_died_at(&dir)));
+                }
+                return;
+            }
+        }
+    });
 }
 
 pub fn read_state(dir: &Path) -> Option<State> {

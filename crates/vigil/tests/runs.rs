@@ -98,6 +98,20 @@ fn keepers(run_dir: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// Kills whatever of the runs is left when a test ends, pass or fail (the test's own processes only: those
+/// carrying its mark, and the runs' keepers).
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            for p in marked(d).into_iter().chain(keepers(d)) {
+                signal(p, libc::SIGKILL);
+            }
+        }
+    }
+}
+
 /// Nothing of the run is left (bounded wait: a SIGKILLed process is reaped a moment later).
 fn nothing_left(run_dir: &Path) -> bool {
     poll_until(Duration::from_secs(15), Duration::from_millis(10), || {
@@ -156,6 +170,7 @@ fn e2e_concurrent_ups_of_one_name_start_exactly_one_server() {
     let Some(e) = env() else { return };
     let d = TempDir::new("race");
     let run_dir = d.0.join("runs").join("same");
+    let _c = Cleanup(vec![run_dir.clone()]);
     let port = free_port();
     let kids: Vec<_> = (0..24)
         .map(|_| {
@@ -204,6 +219,7 @@ fn e2e_corrupted_state_files_are_named_and_the_run_still_stops() {
     let Some(e) = env() else { return };
     let d = TempDir::new("corrupt");
     let (a_dir, b_dir) = (d.0.join("runs/a"), d.0.join("runs/b"));
+    let _c = Cleanup(vec![a_dir.clone(), b_dir.clone()]);
     let o = run_bounded(up(&d.0, "a", &["--detach", "--no-check"], &tiny(&e, free_port())), T);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let o = run_bounded(up(&d.0, "b", &["--detach"], &plain("b")), T);
@@ -239,6 +255,7 @@ fn e2e_corrupted_state_files_are_named_and_the_run_still_stops() {
 fn e2e_a_pid_that_is_not_the_keeper_is_never_signalled() {
     let d = TempDir::new("reuse");
     let run_dir = d.0.join("runs/r");
+    let _c = Cleanup(vec![run_dir.clone()]);
     let bystander = sleeper();
     let b = bystander.pid();
     let point_at = |pid: i32| {
@@ -280,6 +297,7 @@ fn e2e_keeper_killed_is_said_and_the_server_still_stops() {
     let Some(e) = env() else { return };
     let d = TempDir::new("keeper");
     let run_dir = d.0.join("runs/k");
+    let _c = Cleanup(vec![run_dir.clone()]);
     let port = free_port();
     let o = run_bounded(up(&d.0, "k", &["--detach", "--no-check"], &tiny(&e, port)), T);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
@@ -303,6 +321,10 @@ fn e2e_keeper_killed_is_said_and_the_server_still_stops() {
         err.contains("the keeper of run k died at ") && err.contains("the server lives on but its output"),
         "{err}"
     );
+    // still a run's server: not among the servers vigil did not start
+    let o = run_bounded(vigil_in(&d.0, &["ps", "--json"]), T);
+    let ps: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(!ps.iter().any(|r| r["pid"].as_i64() == Some(server as i64)), "{ps:?}");
     let o = run_bounded(up(&d.0, "k", &["--detach", "--no-check"], &tiny(&e, free_port())), T);
     assert_eq!(o.status.code(), Some(8), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("still alive without its keeper"));
@@ -320,7 +342,6 @@ fn e2e_keeper_killed_is_said_and_the_server_still_stops() {
 /// test, as root) or read-only (mode 0500, as a user), the server is stopped with proof.
 #[test]
 fn e2e_down_stops_on_a_full_disk_or_a_read_only_state_folder() {
-    let Some(e) = env() else { return };
     let d = TempDir::new("full");
     let state = d.path("state");
     std::fs::create_dir(&state).unwrap();
@@ -341,7 +362,8 @@ fn e2e_down_stops_on_a_full_disk_or_a_read_only_state_folder() {
         panic!("as root, the test mounts a tmpfs: mount failed");
     }
     let run_dir = state.join("runs/f");
-    let o = run_bounded(up(&state, "f", &["--detach", "--no-check"], &tiny(&e, free_port())), T);
+    let _c = Cleanup(vec![run_dir.clone()]);
+    let o = run_bounded(up(&state, "f", &[&["--detach"], PLAIN].concat(), &plain("f")), T);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let server = state_json(&run_dir)["server_pid"].as_i64().unwrap() as i32;
     if mounted {
@@ -420,6 +442,7 @@ fn e2e_a_state_folder_others_control_is_refused() {
 fn e2e_every_state_file_is_private() {
     let d = TempDir::new("modes");
     let state = d.path("state");
+    let _c = Cleanup(vec![state.join("runs/m2")]);
     let o = run_bounded(
         up(&state, "m2", &[&["--detach", "--env", "HF_TOKEN=hf_secret123"], PLAIN].concat(), &plain("m2")),
         T,
@@ -475,6 +498,7 @@ fn e2e_kill_9_of_any_vigil_process_at_any_moment_of_a_start() {
     let mut rng = Rng(seed);
     let d = TempDir::new("kill9");
     let run_dir = d.0.join("runs/k");
+    let _c = Cleanup(vec![run_dir.clone()]);
     let t0 = Instant::now();
     let mut killed = [0u32; 4];
     for i in 0..50 {
@@ -519,9 +543,9 @@ fn e2e_kill_9_of_any_vigil_process_at_any_moment_of_a_start() {
         }
         // Whatever was left: a live process of the run is named by status, and down stops it.
         let left = marked(&run_dir);
-        let (code, rows, err) = status(&d.0);
-        assert_eq!(code, Some(0), "iteration {i} (victim {victim}, seed {seed}): {err}");
         if !left.is_empty() {
+            let (code, rows, err) = status(&d.0);
+            assert_eq!(code, Some(0), "iteration {i} (victim {victim}, seed {seed}): {err}");
             let r = row(&rows, "k");
             let pid = r["pid"].as_i64().unwrap_or(0) as i32;
             assert!(

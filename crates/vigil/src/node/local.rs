@@ -218,6 +218,11 @@ impl Node for LocalNode {
             }
             let cmd = cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| p.comm.clone());
             if let Some(k) = profiles.ps_kind(&cmd).or_else(|| profiles.ps_kind(&p.comm)) {
+                // a server whose keeper died is still a run's (status names it, down stops it by its mark)
+                let marked = procs::env_var(p.pid, crate::node::up::MARK).map(PathBuf::from);
+                if marked.is_some_and(|d| find_run(&d).pids.contains(&p.pid)) {
+                    continue;
+                }
                 matched.push((p.pid, p.ppid, k.to_string(), cmd));
             }
         }

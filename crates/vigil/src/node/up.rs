@@ -191,29 +191,27 @@ fn at_text(at_ms: u64) -> String {
     }
 }
 
-/// Watches the keeper of the run in `dir` while its server `pid` lives: when the keeper dies first, the
-/// line that says so goes to `tx` (once). A run without a live keeper at the start is not watched.
+/// Watches the keeper of the run in `dir` while its server `pid` lives: when the keeper dies first (or is
+/// already dead when the watch begins), the line that says so goes to `tx` (once).
 pub fn watch_keeper(dir: PathBuf, pid: i32, tx: tokio::sync::mpsc::UnboundedSender<String>) {
     tokio::spawn(async move {
-        let Some(k) = tokio::task::spawn_blocking({
+        let keeper = tokio::task::spawn_blocking({
             let dir = dir.clone();
             move || find_run(&dir).keeper
         })
         .await
         .ok()
-        .flatten() else {
-            return;
-        };
+        .flatten();
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         while !tx.is_closed() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if !k.is_live() {
+            if !keeper.as_ref().is_some_and(|k| k.is_live()) {
                 // the keeper ends after the server in order: only a server still alive means it died
                 if procs::alive(pid) {
                     let _ = tx.send(keeper_died_line(&name, keeper_died_at(&dir)));
                 }
                 return;
             }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
 }

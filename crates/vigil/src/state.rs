@@ -93,7 +93,8 @@ pub fn check_private(p: &Path) -> Result<bool, CliError> {
     if fd < 0 {
         let e = std::io::Error::last_os_error();
         return match std::fs::symlink_metadata(p) {
-            Err(m) if m.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            // missing, or a path through a file: nothing to check (creating it says why it cannot be)
+            Err(m) if m.kind() == std::io::ErrorKind::NotFound || m.raw_os_error() == Some(libc::ENOTDIR) => Ok(false),
             Ok(m) if m.file_type().is_symlink() => {
                 Err(refuse("it is a symbolic link (vigil follows none in its state folder)".into()))
             }

@@ -376,8 +376,15 @@ fn e2e_down_stops_on_a_full_disk_or_a_read_only_state_folder() {
         std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o500)).unwrap();
         assert!(std::fs::write(run_dir.join("probe"), b"x").is_err(), "the folder is not read-only");
     }
-    let o = down(&state, "f");
-    assert_eq!(o.code, Some(0), "{}", o.out);
+    // and a user profile that does not parse: down reads none
+    let conf = d.path("conf");
+    std::fs::create_dir_all(conf.join("vigil/profiles")).unwrap();
+    std::fs::write(conf.join("vigil/profiles/broken.toml"), "name = [unclosed").unwrap();
+    let mut c = vigil_in(&state, &["down", "f", "--grace", "2s"]);
+    c.env("XDG_CONFIG_HOME", &conf);
+    let o = run_bounded(c, T);
+    let out = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(!alive(server), "the server was not stopped");
     assert!(nothing_left(&run_dir));
     let _ = std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700));
@@ -411,6 +418,16 @@ fn e2e_a_state_folder_others_control_is_refused() {
     assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "files were written into the target");
     let o = run_bounded(vigil_in(&s1, &["down", "x"]), T);
     assert_eq!(o.status.code(), Some(2));
+    // beside it a real run: `down --all` stops it and names the refused one
+    let ok_dir = s1.join("runs/ok");
+    let _c = Cleanup(vec![ok_dir.clone()]);
+    let o = run_bounded(up(&s1, "ok", &[&["--detach"], PLAIN].concat(), &plain("ok")), T);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run_bounded(vigil_in(&s1, &["down", "--all"]), T);
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("'x': refusing the state folder") && out.contains("none left"), "{out}");
+    assert!(nothing_left(&ok_dir));
     // `runs` a symlink
     let s2 = d.path("s2");
     std::fs::create_dir(&s2).unwrap();

@@ -73,12 +73,29 @@ pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration,
                 }
                 let names = if all { n.runs().await? } else { names };
                 let mut code = Exit::Ready;
+                let mut first_err = None;
                 for name in names {
-                    if !n.stop(&name, grace, &mut rep).await? {
-                        code = Exit::NotStopped;
+                    // one run that cannot be stopped (a refused folder) does not keep the others running
+                    match n.stop(&name, grace, &mut rep).await {
+                        Ok(true) => {}
+                        Ok(false) => code = code.max(Exit::NotStopped),
+                        Err(e) if all => {
+                            code = code.max(e.code());
+                            rep.note(0, &format!("'{name}': {}", e.message()));
+                        }
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
                     }
                 }
-                Ok(code)
+                match first_err {
+                    Some(e) if code == Exit::Ready => Err(e),
+                    Some(e) => {
+                        rep.note(0, &e.message());
+                        Ok(code.max(Exit::Usage))
+                    }
+                    None => Ok(code),
+                }
             }
         })
         .await;

@@ -139,3 +139,52 @@ pub fn write_private(p: &Path, data: &[u8]) -> std::io::Result<()> {
     f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     f.write_all(data)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("vigil-state-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_folder_others_control_is_refused_and_ours_made_private() {
+        let d = temp("private");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let ours = d.join("ours");
+        std::fs::create_dir(&ours).unwrap();
+        std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(check_private(&ours).unwrap());
+        assert_eq!(mode(&ours), 0o700, "readable by others: made 0700");
+        assert!(!check_private(&d.join("missing")).unwrap());
+        for (m, why) in [(0o770, "its group"), (0o707, "others")] {
+            let p = d.join(format!("open{m:o}"));
+            std::fs::create_dir(&p).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+            let e = check_private(&p).unwrap_err().message();
+            assert!(e.contains(&format!("writable by {why}")), "{e}");
+            assert_eq!(mode(&p), m, "a refused folder is left as it was");
+        }
+        std::os::unix::fs::symlink(&ours, d.join("link")).unwrap();
+        let e = check_private(&d.join("link")).unwrap_err().message();
+        assert!(e.contains("symbolic link"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_private_file_is_never_written_through_a_planted_link() {
+        let d = temp("nofollow");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, d.join("evidence.txt")).unwrap();
+        assert!(write_private(&d.join("evidence.txt"), b"x").is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        write_private(&d.join("new.txt"), b"y").unwrap();
+        assert_eq!(std::fs::metadata(d.join("new.txt")).unwrap().permissions().mode() & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -287,6 +287,11 @@ fn e2e_a_pid_that_is_not_the_keeper_is_never_signalled() {
         assert!(!o.out.contains(&format!("{b}")), "the bystander was named: {}", o.out);
         assert!(alive(b), "down signalled the process state.json named");
         assert!(nothing_left(&run_dir), "the real server was not stopped");
+        if !keeper_dies {
+            // the grace reached the keeper with its signal (down writes stop.json only after)
+            let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+            assert!(events.contains("\"event\":\"stop_requested\",\"grace_ms\":2000"), "{events}");
+        }
     }
 }
 

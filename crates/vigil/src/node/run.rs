@@ -407,6 +407,51 @@ mod tests {
         assert_eq!(e2, env);
     }
 
+    /// A state file is replaced whole (never written through a link planted at its name), read tolerantly
+    /// (a corrupted one is an error that says why; a missing one is none).
+    #[test]
+    fn state_files_are_replaced_whole_and_read_tolerantly() {
+        let d = std::env::temp_dir().join(format!("vigil-run-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let victim = d.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, d.join("state.json")).unwrap();
+        let st = State { keeper_pid: 7, ..State::default() };
+        write_json(&d.join("state.json"), &st).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(std::fs::symlink_metadata(d.join("state.json")).unwrap().is_file());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(d.join("state.json")).unwrap().permissions().mode() & 0o777, 0o600);
+        let back: State = read_json_checked(&d.join("state.json")).unwrap().unwrap();
+        assert_eq!(back.keeper_pid, 7);
+        std::fs::write(d.join("state.json"), "{\"keeper_pid\": 1, \"serv").unwrap();
+        let e = read_json_checked::<State>(&d.join("state.json")).unwrap_err();
+        assert!(e.contains("EOF"), "{e}");
+        assert_eq!(unreadable("state.json", "x", &e), format!("state.json of run x is unreadable: {e}"));
+        assert!(read_json_checked::<State>(&d.join("missing.json")).unwrap().is_none());
+        std::os::unix::fs::symlink(&victim, d.join("run.json")).unwrap();
+        assert_eq!(read_json_checked::<RunRecord>(&d.join("run.json")).unwrap_err(), "it is a symbolic link");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// One run per name: while one holder has the lock, no one else takes it; it is free once the holder
+    /// lets go (the keeper's death lets go of it too).
+    #[test]
+    fn the_name_lock_has_one_holder() {
+        let d = std::env::temp_dir().join(format!("vigil-run-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        assert!(!lock_held(&d));
+        let first = NameLock::try_take(&d).unwrap().expect("free");
+        assert!(lock_held(&d));
+        assert!(NameLock::try_take(&d).unwrap().is_none(), "a second holder");
+        drop(first);
+        assert!(!lock_held(&d));
+        assert!(NameLock::try_take(&d).unwrap().is_some());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     #[test]
     fn names() {
         assert!(valid_name("llama-1").is_ok());

@@ -560,6 +560,29 @@ pub fn output_within(mut cmd: std::process::Command, deadline: Duration) -> std:
 mod tests {
     use super::*;
 
+    /// An identity names one process: a stale one (another start time, another boot) is not it and is never
+    /// signalled; the live one is, with a value.
+    #[test]
+    fn a_stale_identity_is_never_signalled() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let id = ProcId::of(child.id() as i32).unwrap();
+        assert!(id.is_live());
+        assert_eq!(id.boot_id.len(), 36, "{}", id.boot_id);
+        let later = ProcId { start_ticks: id.start_ticks + 1, ..id.clone() };
+        let other_boot = ProcId { boot_id: "another boot".into(), ..id.clone() };
+        for stale in [&later, &other_boot] {
+            assert!(!stale.is_live());
+            assert!(!stale.signal(libc::SIGKILL, None));
+            assert!(!stale.signal(libc::SIGKILL, Some(5)));
+        }
+        assert!(child.try_wait().unwrap().is_none(), "a stale identity was signalled");
+        assert!(id.signal(libc::SIGTERM, Some(1234)));
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+        assert!(!id.is_live(), "a reaped process is gone");
+        assert!(!id.signal(libc::SIGTERM, None));
+    }
+
     /// A run's mark is read from a process's environment: present in a child given it, absent in one
     /// without it (another server sharing the GPU is not the stopped run's leftover).
     #[test]

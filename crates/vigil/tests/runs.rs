@@ -593,3 +593,26 @@ fn e2e_kill_9_of_any_vigil_process_at_any_moment_of_a_start() {
         killed[3]
     );
 }
+
+/// A foreground `up` serving after ready when its keeper is killed: it says so and exits 13 (not 0, not a
+/// crash: the server lives on); `down` stops the server.
+#[test]
+fn e2e_foreground_up_says_its_keeper_died() {
+    let d = TempDir::new("fg-keeper");
+    let run_dir = d.0.join("runs/fg");
+    let _c = Cleanup(vec![run_dir.clone()]);
+    let (mut child, mut events) = spawn_json(up(&d.0, "fg", &[&["--json"], PLAIN].concat(), &plain("fg")));
+    while events.next().expect("up ended early")["verdict"] != "ready" {}
+    let server = marked(&run_dir);
+    assert_eq!(server.len(), 1);
+    let k = keepers(&run_dir);
+    assert_eq!(k.len(), 1);
+    signal(k[0], libc::SIGKILL);
+    let told: Vec<serde_json::Value> = events.collect();
+    assert_eq!(wait_bounded(&mut child, T).code(), Some(13), "{told:?}");
+    assert!(told.iter().any(|v| v.to_string().contains("the keeper of run fg died at ")), "{told:?}");
+    assert!(alive(server[0]));
+    let o = down(&d.0, "fg");
+    assert_eq!(o.code, Some(0), "{}", o.out);
+    assert!(nothing_left(&run_dir));
+}

@@ -211,8 +211,21 @@ pub async fn up(
     }
     // Foreground after ready: stay until the server ends or Ctrl-C stops it.
     rep.note(0, &format!("'{name}' is serving{on}; Ctrl-C stops it (--detach to leave it running)"));
+    // a run here: its keeper's death (the server living on, its output lost) ends serving with exit 13
+    let (keeper_tx, mut keeper_rx) = mpsc::unbounded_channel::<String>();
+    if node.host().is_none() {
+        if let Ok(dir) = crate::node::run::run_dir(&name) {
+            if let Some(pid) = crate::node::up::find_run(&dir).server {
+                crate::node::up::watch_keeper(dir, pid, keeper_tx);
+            }
+        }
+    }
     tokio::select! {
         _ = crate::signals::next_interrupt() => {}
+        Some(line) = keeper_rx.recv() => {
+            rep.note(0, &line);
+            return Ok(Exit::KeeperDied);
+        }
         end = node.wait_exit(&name) => {
             // The core judges the end. A stop that was asked for (`vigil down` from another shell) ends serving in
             // order. Not asked for, the core reads the log's end (no judge follows it after ready here): a fatal

@@ -85,10 +85,13 @@ fn marked(run_dir: &Path) -> Vec<i32> {
         .collect()
 }
 
-/// The keepers of a run (`vigil __keeper RUN_DIR`).
+/// The keepers of a run (`vigil __keeper RUN_DIR`, ours).
 fn keepers(run_dir: &Path) -> Vec<i32> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
     all_pids()
         .into_iter()
+        .filter(|p| std::fs::metadata(format!("/proc/{p}")).is_ok_and(|m| m.uid() == me))
         .filter(|p| {
             std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|b| {
                 let a: Vec<&[u8]> = b.split(|c| *c == 0).collect();
@@ -615,4 +618,59 @@ fn e2e_foreground_up_says_its_keeper_died() {
     let o = down(&d.0, "fg");
     assert_eq!(o.code, Some(0), "{}", o.out);
     assert!(nothing_left(&run_dir));
+}
+
+/// Another user's processes are never taken for a run's, whatever they claim: one carrying the run's mark
+/// (`VIGIL_RUN_DIR`) and one whose command line says it is the run's keeper. As root (who can start a
+/// process as another user); as a user there is no other user to be.
+#[test]
+fn e2e_another_users_process_is_never_taken_for_a_run() {
+    if !is_root() {
+        eprintln!("SKIP: needs root to start a process as another user");
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let d = TempDir::new("other-user");
+    let run_dir = d.0.join("runs/o");
+    let _c = Cleanup(vec![run_dir.clone()]);
+    let as_nobody = |prog: &str, args: &[&std::ffi::OsStr]| {
+        Guard(
+            Command::new(prog)
+                .args(args)
+                .env("VIGIL_RUN_DIR", &run_dir)
+                .uid(65534)
+                .gid(65534)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    // started first (lower pids: a scan meets them first): a "server" carrying the run's mark, and a
+    // "keeper" whose command line is `xargs __keeper RUN_DIR` (xargs waits on its stdin, held open here)
+    let fake_server = as_nobody("sleep", &["300".as_ref()]);
+    let fake_keeper = as_nobody("xargs", &["__keeper".as_ref(), run_dir.as_os_str()]);
+    let o = run_bounded(up(&d.0, "o", &[&["--detach"], PLAIN].concat(), &plain("o")), T);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "refused because of another user's process: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let server = marked(&run_dir);
+    assert_eq!(server.len(), 1);
+    // the record unreadable: the keeper is looked for among the processes
+    std::fs::write(run_dir.join("state.json"), "{").unwrap();
+    let (_, rows, _) = status(&d.0);
+    assert_eq!(row(&rows, "o")["pid"].as_i64(), Some(server[0] as i64), "{rows:?}");
+    assert_eq!(row(&rows, "o")["state"], "ready", "{rows:?}");
+    let o = down(&d.0, "o");
+    assert_eq!(o.code, Some(0), "{}", o.out);
+    assert!(alive(fake_server.pid()) && alive(fake_keeper.pid()), "down signalled another user's process");
+    assert!(nothing_left(&run_dir));
+    // the keeper gone, the folder holds no record of a live run: still only our processes count
+    let o = down(&d.0, "o");
+    assert_eq!(o.code, Some(0), "{}", o.out);
+    assert!(o.out.contains("nothing running"), "{}", o.out);
+    assert!(alive(fake_server.pid()));
 }

@@ -125,9 +125,9 @@ impl RunNow {
 /// `VIGIL_RUN_DIR=RUN_DIR` (the folder tells runs of one name under two state folders apart).
 pub const MARK: &str = "VIGIL_RUN_DIR";
 
-/// Is `pid` the keeper of the run in `dir` (its command line is `vigil __keeper DIR`)?
+/// Is `pid` the keeper of the run in `dir` (a process of ours whose command line is `vigil __keeper DIR`)?
 fn keeper_of(pid: i32, dir: &Path) -> bool {
-    cmdline(pid).is_some_and(|c| c.len() >= 3 && c[1] == "__keeper" && Path::new(&c[2]) == dir)
+    cmdline(pid).is_some_and(|c| c.len() >= 3 && c[1] == "__keeper" && Path::new(&c[2]) == dir) && procs::ours(pid)
 }
 
 /// The run in `dir` now: its keeper (the identity `state.json` recorded, checked; else, when the run's lock

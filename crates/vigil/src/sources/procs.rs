@@ -131,12 +131,21 @@ impl QueueInfo {
     }
 }
 
-/// Every live process whose environment holds `key=value` (a run's mark), other than vigil itself.
+/// Is the process ours (its `/proc/PID` owned by our effective uid)? A process of another user is never
+/// taken for one of our runs, whatever its command line or environment says.
+pub fn ours(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == me)
+}
+
+/// Every live process of ours whose environment holds `key=value` (a run's mark), other than vigil itself.
 pub fn marked(key: &str, value: &str) -> Vec<i32> {
     let me = std::process::id() as i32;
     all_procs()
         .into_iter()
-        .filter(|p| p.state != 'Z' && p.state != 'X' && p.pid != me)
+        .filter(|p| p.state != 'Z' && p.state != 'X' && p.pid != me && ours(p.pid))
         .filter(|p| env_var(p.pid, key).as_deref() == Some(value))
         .map(|p| p.pid)
         .collect()

@@ -144,6 +144,23 @@ impl NameLock {
     }
 }
 
+/// The process that took the run's name lock, as the kernel lists it (`/proc/locks`: the `up` that created
+/// the run; the keeper holds the same lock once it runs), if it is still alive.
+pub fn lock_taker(dir: &Path) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::symlink_metadata(dir.join(LOCK)).ok().filter(|m| m.is_file())?.ino();
+    let text = String::from_utf8(crate::sources::procs::read_small(Path::new("/proc/locks"), 16 << 20).ok()?).ok()?;
+    text.lines()
+        .filter(|l| l.contains(" FLOCK "))
+        .find_map(|l| {
+            // "1: FLOCK  ADVISORY  WRITE 4242 fe:00:852363 0 EOF"
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let file_ino = f.get(5)?.rsplit(':').next()?.parse::<u64>().ok()?;
+            (file_ino == ino).then(|| f.get(4)?.parse::<i32>().ok()).flatten()
+        })
+        .filter(|p| crate::sources::procs::alive(*p))
+}
+
 /// Does some process hold the run's name lock? Asked without taking it for more than a moment: a shared
 /// lock that cannot be had means an exclusive one is held.
 pub fn lock_held(dir: &Path) -> bool {

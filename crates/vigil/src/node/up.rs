@@ -259,7 +259,10 @@ pub async fn launch(
             Some(k) => {
                 format!("keeper pid {}{}", k.pid, now.server.map(|s| format!(", server pid {s}")).unwrap_or_default())
             }
-            None => "another vigil is starting it".to_string(),
+            None => match run::lock_taker(&dir) {
+                Some(p) => format!("vigil pid {p} is starting it"),
+                None => "another vigil is starting it".to_string(),
+            },
         };
         if !a.replace || now.keeper.is_none() {
             let how = if now.keeper.is_some() { ", or pass --replace" } else { "" };

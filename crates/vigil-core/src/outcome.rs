@@ -27,6 +27,9 @@ pub const DEGRADED: i32 = 11;
 /// A remote host could not be reached over SSH (closed port, no SSH, unknown host key, refused
 /// key), or the connection was lost and did not come back within the reconnect window.
 pub const UNREACHABLE: i32 = 12;
+/// The keeper of the run died while its server lives on: the server's output after that is lost (`wait`,
+/// `watch` and `up` of a run; `vigil down` still stops the server).
+pub const KEEPER_DIED: i32 = 13;
 /// vigil was interrupted (SIGINT / SIGTERM) before a verdict.
 pub const INTERRUPTED: i32 = 130;
 
@@ -48,6 +51,8 @@ pub enum Exit {
     Unhealthy,
     Stalled,
     Crashed,
+    /// The run's keeper died; the server lives on unwatched.
+    KeeperDied,
     /// Nothing was launched (port taken, earlier run alive; check errors).
     Refused,
     CheckFailed,
@@ -60,7 +65,7 @@ pub enum Exit {
 }
 
 impl Exit {
-    pub const ALL: [Exit; 15] = [
+    pub const ALL: [Exit; 16] = [
         Exit::Ready,
         Exit::Degraded,
         Exit::NotReady,
@@ -69,6 +74,7 @@ impl Exit {
         Exit::Unhealthy,
         Exit::Stalled,
         Exit::Crashed,
+        Exit::KeeperDied,
         Exit::Refused,
         Exit::CheckFailed,
         Exit::NotStopped,
@@ -88,6 +94,7 @@ impl Exit {
             Exit::Unhealthy => UNHEALTHY,
             Exit::Stalled => STALLED,
             Exit::Crashed => CRASHED,
+            Exit::KeeperDied => KEEPER_DIED,
             Exit::Refused => REFUSED,
             Exit::CheckFailed => CHECK_FAILED,
             Exit::NotStopped => NOT_STOPPED,
@@ -121,6 +128,7 @@ impl Exit {
             Exit::Unhealthy => "unhealthy",
             Exit::Stalled => "stalled",
             Exit::Crashed => "crashed",
+            Exit::KeeperDied => "keeper died",
             Exit::Refused => "refused",
             Exit::CheckFailed => "check failed",
             Exit::NotStopped => "not stopped",

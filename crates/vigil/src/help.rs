@@ -62,7 +62,8 @@ Exit codes:
   0 ready, 1 internal error, 2 bad command line or input, 3 crashed, 4 stalled, 5 timeout,
   6 unhealthy, 7 still starting (diagnose), 8 up refused (port taken, earlier run alive),
   9 not stopped (down), 10 check failed (check, or up's preflight: nothing launched),
-  11 degraded (speculation off), 12 host unreachable, 130 interrupted.
+  11 degraded (speculation off), 12 host unreachable, 13 the run's keeper died (the server lives on,
+  its output lost; down stops it), 130 interrupted.
 
 Durations are written 500ms, 90s, 5m, 1h or a bare number of seconds.
 `vigil COMMAND --help` shows a command's flags and examples; `vigil man` the manual page.";

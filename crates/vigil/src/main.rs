@@ -80,8 +80,18 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
     ) {
         install_interrupt_handlers();
     }
-    let profiles = load_profiles(&cli.profiles)?;
     let rf = &cli.remote;
+    // `down` on this machine reads no profile: a broken profile never blocks a stop
+    if rf.host.is_none() && rf.hosts.is_none() && rf.hosts_file.is_none() {
+        match cli.cmd {
+            Cmd::Down { pid: Some(pid), grace, json, .. } => return node::up::down_pid(pid, grace, json),
+            Cmd::Down { names, all, pid: None, grace, json } => {
+                return block_on(commands::down(&Nodes::Local, names, all, grace, json))?;
+            }
+            _ => {}
+        }
+    }
+    let profiles = load_profiles(&cli.profiles)?;
     if rf.connect_timeout.is_zero() {
         return Err(CliError::usage("--connect-timeout must be above zero"));
     }
@@ -144,10 +154,6 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             block_on(commands::up(&Nodes::Local, None, f.into_args()?, argv, profiles))?
         }
         Cmd::Restart { name, up: f } => block_on(commands::restart(&name, f.into_args()?, profiles))?,
-        Cmd::Down { pid: Some(pid), grace, json, .. } => node::up::down_pid(pid, grace, json),
-        Cmd::Down { names, all, pid: None, grace, json } => {
-            block_on(commands::down(&Nodes::Local, names, all, grace, json))?
-        }
         Cmd::Status { json } => block_on(commands::status(&Nodes::Local, json, &profiles))?,
         Cmd::Logs { name, follow, lines } => block_on(commands::logs(&Nodes::Local, name, follow, lines))?,
         Cmd::Dump { name, pid, json } => block_on(commands::dump(&Nodes::Local, name, pid, json))?,
@@ -170,7 +176,9 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             Some(cli::HistoryCmd::Import { files }) => commands::history::import(&files, &profiles),
             None => commands::history::list(name.as_deref(), json),
         },
-        Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } => unreachable!("handled above"),
+        Cmd::Keeper { .. } | Cmd::Completions { .. } | Cmd::Man { .. } | Cmd::Down { .. } => {
+            unreachable!("handled above")
+        }
         Cmd::Profiles => {
             sinks::tables::profiles(&profiles);
             Ok(Exit::Ready)

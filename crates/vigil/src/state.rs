@@ -44,13 +44,147 @@ pub fn state_root() -> Result<PathBuf, CliError> {
         .ok_or_else(|| CliError::usage("cannot find the state directory: set HOME, XDG_STATE_HOME or VIGIL_STATE_DIR"))
 }
 
-/// Creates a directory and its parents, mode 0700 (also when it already existed).
+/// Creates a private directory (0700) and its missing parents. Under the state directory, the state
+/// directory itself and every folder from it down to `p` must be the user's own ([`check_private`]);
+/// elsewhere `p` itself must be.
 pub fn mkdir_private(p: &Path) -> Result<(), CliError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| CliError::usage(format!("cannot create {}: {e}", p.display())))?;
-    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+    let root = state_root().ok();
+    let (base, below) = match root.as_deref().and_then(|r| p.strip_prefix(r).ok().map(|b| (r, b))) {
+        Some((r, b)) => (r.to_path_buf(), b.to_path_buf()),
+        None => (p.to_path_buf(), PathBuf::new()),
+    };
+    if let Some(parent) = base.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| CliError::usage(format!("cannot create {}: {e}", parent.display())))?;
+    }
+    let mut cur = base;
+    create_private(&cur)?;
+    for c in below.components() {
+        cur.push(c);
+        create_private(&cur)?;
+    }
     Ok(())
+}
+
+/// Creates one folder (0700) unless it exists, then checks it.
+fn create_private(p: &Path) -> Result<(), CliError> {
+    match std::fs::DirBuilder::new().mode(0o700).create(p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(CliError::usage(format!("cannot create {}: {e}", p.display()))),
+    }
+    check_private(p).map(|_| ())
+}
+
+/// Is `p` a folder no one else controls? A symlink, a folder owned by another user, or one writable by
+/// group or others is refused with a one-line error (as ssh refuses such a `~/.ssh`: whoever can write
+/// there can plant a symlink, or swap a run's record for one naming a process of theirs); a folder of the
+/// user's that others may read is made 0700. Ok(false): `p` does not exist.
+pub fn check_private(p: &Path) -> Result<bool, CliError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |why: String| CliError::usage(format!("refusing the state folder {}: {why}", p.display()));
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| refuse("a NUL in its path".into()))?;
+    // SAFETY: open with a valid C string; the descriptor is closed below.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match std::fs::symlink_metadata(p) {
+            // missing, or a path through a file: nothing to check (creating it says why it cannot be)
+            Err(m) if m.kind() == std::io::ErrorKind::NotFound || m.raw_os_error() == Some(libc::ENOTDIR) => Ok(false),
+            Ok(m) if m.file_type().is_symlink() => {
+                Err(refuse("it is a symbolic link (vigil follows none in its state folder)".into()))
+            }
+            Ok(m) if !m.is_dir() => Err(refuse("it is not a folder".into())),
+            _ => Err(refuse(format!("{e}"))),
+        };
+    }
+    // SAFETY: the descriptor was just opened and is owned here.
+    let f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let m = f.metadata().map_err(|e| refuse(format!("{e}")))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if m.uid() != me {
+        return Err(refuse(format!("it is owned by uid {}, not by you (uid {me})", m.uid())));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "it is writable by {} (mode {:04o}): `chmod 700 {}`",
+            if m.mode() & 0o002 != 0 { "others" } else { "its group" },
+            m.mode() & 0o7777,
+            p.display()
+        )));
+    }
+    if m.mode() & 0o077 != 0 {
+        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o700));
+    }
+    Ok(true)
+}
+
+/// Writes a private file (0600) that is not a symlink: created or truncated with `O_NOFOLLOW` (a link
+/// planted at its name is refused, never followed), made 0600 when it existed with other modes.
+pub fn write_private(p: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(p)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("vigil-state-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_folder_others_control_is_refused_and_ours_made_private() {
+        let d = temp("private");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let ours = d.join("ours");
+        std::fs::create_dir(&ours).unwrap();
+        std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(check_private(&ours).unwrap());
+        assert_eq!(mode(&ours), 0o700, "readable by others: made 0700");
+        assert!(!check_private(&d.join("missing")).unwrap());
+        for (m, why) in [(0o770, "its group"), (0o707, "others")] {
+            let p = d.join(format!("open{m:o}"));
+            std::fs::create_dir(&p).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+            let e = check_private(&p).unwrap_err().message();
+            assert!(e.contains(&format!("writable by {why}")), "{e}");
+            assert_eq!(mode(&p), m, "a refused folder is left as it was");
+        }
+        std::os::unix::fs::symlink(&ours, d.join("link")).unwrap();
+        let e = check_private(&d.join("link")).unwrap_err().message();
+        assert!(e.contains("symbolic link"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_private_file_is_never_written_through_a_planted_link() {
+        let d = temp("nofollow");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, d.join("evidence.txt")).unwrap();
+        assert!(write_private(&d.join("evidence.txt"), b"x").is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        write_private(&d.join("new.txt"), b"y").unwrap();
+        assert_eq!(std::fs::metadata(d.join("new.txt")).unwrap().permissions().mode() & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

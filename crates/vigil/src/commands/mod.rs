@@ -73,12 +73,29 @@ pub async fn down(nodes: &Nodes, names: Vec<String>, all: bool, grace: Duration,
                 }
                 let names = if all { n.runs().await? } else { names };
                 let mut code = Exit::Ready;
+                let mut first_err = None;
                 for name in names {
-                    if !n.stop(&name, grace, &mut rep).await? {
-                        code = Exit::NotStopped;
+                    // one run that cannot be stopped (a refused folder) does not keep the others running
+                    match n.stop(&name, grace, &mut rep).await {
+                        Ok(true) => {}
+                        Ok(false) => code = code.max(Exit::NotStopped),
+                        Err(e) if all => {
+                            code = code.max(e.code());
+                            rep.note(0, &format!("'{name}': {}", e.message()));
+                        }
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
                     }
                 }
-                Ok(code)
+                match first_err {
+                    Some(e) if code == Exit::Ready => Err(e),
+                    Some(e) => {
+                        rep.note(0, &e.message());
+                        Ok(code.max(Exit::Usage))
+                    }
+                    None => Ok(code),
+                }
             }
         })
         .await;
@@ -194,8 +211,21 @@ pub async fn up(
     }
     // Foreground after ready: stay until the server ends or Ctrl-C stops it.
     rep.note(0, &format!("'{name}' is serving{on}; Ctrl-C stops it (--detach to leave it running)"));
+    // a run here: its keeper's death (the server living on, its output lost) ends serving with exit 13
+    let (keeper_tx, mut keeper_rx) = mpsc::unbounded_channel::<String>();
+    if node.host().is_none() {
+        if let Ok(dir) = crate::node::run::run_dir(&name) {
+            if let Some(pid) = crate::node::up::find_run(&dir).server {
+                crate::node::up::watch_keeper(dir, pid, keeper_tx);
+            }
+        }
+    }
     tokio::select! {
         _ = crate::signals::next_interrupt() => {}
+        Some(line) = keeper_rx.recv() => {
+            rep.note(0, &line);
+            return Ok(Exit::KeeperDied);
+        }
         end = node.wait_exit(&name) => {
             // The core judges the end. A stop that was asked for (`vigil down` from another shell) ends serving in
             // order. Not asked for, the core reads the log's end (no judge follows it after ready here): a fatal
@@ -243,11 +273,9 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, 
     // records written before vigil kept systemd's variables out still hold them: never replay them
     env.retain(|(k, _)| !crate::sinks::notify::NOTIFY_VARS.contains(&k.as_str()));
     let mut rep = Reporter::new(a.launch.json, a.quiet);
-    if let Some(st) = crate::node::up::read_state(&dir) {
-        let surv = crate::node::up::stop_run(&dir, &st, a.launch.grace, &mut rep).await?;
-        if !surv.is_empty() {
-            return Ok(Exit::NotStopped);
-        }
+    let surv = crate::node::up::stop_run(&dir, a.launch.grace, &mut rep).await?;
+    if !surv.is_empty() {
+        return Ok(Exit::NotStopped);
     }
     let launch = crate::node::LaunchSettings { replace: true, ..a.launch };
     let a = UpArgs { detach: true, name: Some(name.to_string()), server: rec.server.clone(), launch, ..a };

@@ -73,7 +73,7 @@ fn run_tool(cmd: std::process::Command) -> Result<String, String> {
 
 fn save(dir: &Path, name: &str, text: &str, red: &Redactor, files: &mut Vec<String>) {
     let p = dir.join(name);
-    if std::fs::write(&p, red.redact(text)).is_ok() {
+    if crate::state::write_private(&p, red.redact(text).as_bytes()).is_ok() {
         files.push(name.to_string());
     }
 }
@@ -180,7 +180,7 @@ fn copy_dumps(prefix: &str, dir: &Path, out: &mut Vec<String>) {
         }
         let Ok(b) = crate::sources::procs::read_small(&e.path(), MAX_DUMP) else { continue };
         let keep = format!("nccl-{name}");
-        if std::fs::write(dir.join(&keep), b).is_ok() {
+        if crate::state::write_private(&dir.join(&keep), &b).is_ok() {
             out.push(keep);
         }
     }

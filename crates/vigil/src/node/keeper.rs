@@ -3,8 +3,12 @@
 //! that asked for it. It is the server's parent and a child subreaper, so children that double-fork
 //! or call setsid stay its descendants; it owns the server's stdout and stderr and writes them to the
 //! run log (size-rotated, secrets redacted); it records the exit status and signal; on SIGTERM it
-//! stops the whole tree (SIGTERM, grace from stop.json, SIGKILL), on SIGUSR1 it kills it at once.
-//! It exits when no descendant is left.
+//! stops the whole tree (SIGTERM, the grace that came with the signal, SIGKILL), on SIGUSR1 it kills it
+//! at once. It exits when no descendant is left.
+//!
+//! A run is its keeper: the keeper holds the run's name lock (`keeper.lock`, handed over by `vigil up`)
+//! for its whole life, records its own identity (pid, start time, boot id) in `state.json`, and marks the
+//! server's environment (`VIGIL_RUN`, `VIGIL_RUN_DIR`) so that a server whose keeper died is still found.
 //!
 //! # Lines and redraws in the log
 //! Ordinary lines are written whole, when their `\n` comes. A progress bar (tqdm: CUDA-graph capture,
@@ -55,7 +59,7 @@ struct LogWriter {
 }
 
 fn open_log(p: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(p)
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(p)
 }
 
 impl LogWriter {
@@ -375,6 +379,17 @@ fn write_state(dir: &Path, st: &State) {
 /// The keeper's own end (the server's is in its state file): no run record is a usage error, a log it
 /// cannot open an internal one.
 pub fn main(dir: PathBuf) -> Exit {
+    // The run's name lock, handed over by `vigil up` (held on our side from now on; never passed to the
+    // server), else taken here.
+    let inherited = std::env::var("VIGIL_KEEPER_LOCK_FD").ok().and_then(|v| v.parse::<i32>().ok());
+    let _lock = match inherited {
+        // SAFETY: fcntl on the descriptor `up` left open for us: close-on-exec from now on.
+        Some(fd) if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == 0 => None,
+        _ => match run::NameLock::try_take(&dir) {
+            Ok(Some(l)) => Some(l),
+            _ => return Exit::Refused,
+        },
+    };
     let Some(rec) = run::read_json::<RunRecord>(&dir.join("run.json")) else {
         return Exit::Usage;
     };
@@ -386,7 +401,12 @@ pub fn main(dir: PathBuf) -> Exit {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
     let set = block_signals();
-    let mut st = State { keeper_pid: me, started_unix_ms: crate::state::now_ms(), ..State::default() };
+    let mut st = State {
+        keeper_pid: me,
+        keeper: procs::ProcId::of(me),
+        started_unix_ms: crate::state::now_ms(),
+        ..State::default()
+    };
 
     let log_path = PathBuf::from(&rec.log);
     let file = match open_log(&log_path) {
@@ -414,6 +434,7 @@ pub fn main(dir: PathBuf) -> Exit {
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("VIGIL_RUN", &rec.name)
+        .env(crate::node::up::MARK, &dir)
         .current_dir(&rec.cwd)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -452,14 +473,20 @@ pub fn main(dir: PathBuf) -> Exit {
     let stopping2 = stopping.clone();
     let sdir = dir.clone();
     std::thread::spawn(move || loop {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: sigwait on the set blocked above.
-        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+        // SAFETY: sigwaitinfo on the set blocked above, into a siginfo we own.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if sig < 0 {
             continue;
         }
         stopping2.store(true, std::sync::atomic::Ordering::SeqCst);
+        // `vigil down` sends the grace with the signal (sigqueue's value): a stop never waits on a file.
+        // SAFETY: the value of a queued signal is set by its sender.
+        let queued = (info.si_code == libc::SI_QUEUE).then(|| unsafe { info.si_value().sival_ptr as usize as i32 });
         let grace = if sig == libc::SIGUSR1 {
             Duration::ZERO
+        } else if let Some(ms) = queued.filter(|ms| *ms >= 0) {
+            Duration::from_millis(ms as u64)
         } else {
             let req: Option<StopRequest> = run::read_json(&sdir.join("stop.json"));
             Duration::from_millis(req.map_or(10_000, |r| r.grace_ms))
@@ -509,6 +536,9 @@ pub fn main(dir: PathBuf) -> Exit {
     if let Ok(mut w) = log.lock() {
         let _ = w.file.flush();
     }
+    // every process of the run has ended: commands need not look for its processes any more
+    st.keeper_done = true;
+    write_state(&dir, &st);
     Exit::Ready
 }
 

@@ -4,7 +4,7 @@
 use super::{Launch, Launched, LogTail, Node, ProcRow, RunRow, ServerEnd};
 use crate::error::CliError;
 use crate::node::run;
-use crate::node::up::{read_state, run_pids, run_state, stop_run};
+use crate::node::up::{find_run, run_state, stop_run};
 use crate::node::RunHandle;
 use crate::sinks::records::CheckReport;
 use crate::sinks::redact::Redactor;
@@ -69,18 +69,41 @@ impl Node for LocalNode {
 
     async fn status(&self, profiles: &Profiles) -> Result<Vec<RunRow>, CliError> {
         let mut rows = Vec::new();
+        let runs = run::runs_dir()?;
         for n in run::list_runs()? {
-            let (dir, rec) = run::load(&n)?;
-            let st = read_state(&dir).unwrap_or_default();
-            let alive = st.server_pid.is_some_and(procs::alive);
-            let log_text = std::fs::read(&rec.log).unwrap_or_default();
-            let report =
-                vigil_core::diagnose_text(profiles, rec.server.as_deref(), &String::from_utf8_lossy(&log_text));
+            // one run that cannot be read is named; the others are still shown
+            let dir = runs.join(&n);
+            if let Err(e) = crate::state::check_private(&dir) {
+                eprintln!("vigil: {}", e.message());
+                continue;
+            }
+            let rec = match run::read_json_checked::<run::RunRecord>(&dir.join("run.json")) {
+                Ok(r) => r,
+                Err(why) => {
+                    eprintln!("vigil: {}", run::unreadable("run.json", &n, &why));
+                    None
+                }
+            };
+            let now = find_run(&dir);
+            if let Some(why) = &now.state_err {
+                eprintln!("vigil: {}", run::unreadable("state.json", &n, why));
+            }
+            let st = now.state.clone().unwrap_or_default();
+            let alive = !now.pids.is_empty();
+            let log = rec.as_ref().map_or_else(|| dir.join("server.log"), |r| PathBuf::from(&r.log));
+            let log_text = std::fs::read(&log).unwrap_or_default();
+            let server = rec.as_ref().and_then(|r| r.server.clone());
+            let report = vigil_core::diagnose_text(profiles, server.as_deref(), &String::from_utf8_lossy(&log_text));
             let recorded: Option<Recorded> = run::read_json(&dir.join("verdict.json"));
-            let state =
+            let mut state =
                 run_state(alive, recorded.as_ref().map(|r| r.verdict), report.verdict, st.exit_code, st.exit_signal);
+            if now.keeper_died() {
+                let at = crate::node::up::keeper_died_at(&dir);
+                eprintln!("vigil: {}", crate::node::up::keeper_died_line(&n, at));
+                state = "keeper died".into();
+            }
             let since = if alive { st.started_unix_ms } else { st.ended_unix_ms.unwrap_or(st.started_unix_ms) };
-            let age = std::fs::metadata(&rec.log)
+            let age = std::fs::metadata(&log)
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| t.elapsed().ok())
@@ -88,13 +111,13 @@ impl Node for LocalNode {
             rows.push(RunRow {
                 host: None,
                 name: n,
-                server: rec.server.clone(),
+                server,
                 state,
                 phase: report.phase.to_string(),
                 in_state: (since > 0).then(|| fmt_ms(crate::state::now_ms().saturating_sub(since))),
-                port: rec.port,
-                pid: st.server_pid.map(i64::from),
-                keeper_pid: st.keeper_pid.into(),
+                port: rec.as_ref().and_then(|r| r.port),
+                pid: now.server.or(st.server_pid.filter(|_| alive)).map(i64::from),
+                keeper_pid: now.keeper.as_ref().map_or(0, |k| k.pid).into(),
                 last_log_line_age_s: age,
             });
         }
@@ -102,13 +125,23 @@ impl Node for LocalNode {
     }
 
     async fn stop(&self, name: &str, grace: Duration, rep: &mut Reporter) -> Result<bool, CliError> {
-        let (dir, _) = run::load(name)?;
-        let st = read_state(&dir).unwrap_or_default();
-        if run_pids(&st).is_empty() {
+        // no record is read to stop a run: its keeper (or its processes' mark) is enough
+        let dir = run::run_dir(name)?;
+        if !dir.is_dir() {
+            return Err(CliError::usage(format!("no run named '{name}' (see vigil status)")));
+        }
+        let now = find_run(&dir);
+        if let Some(why) = &now.state_err {
+            rep.note(0, &run::unreadable("state.json", name, why));
+        }
+        if now.pids.is_empty() {
             rep.note(0, &format!("'{name}': nothing running"));
             return Ok(true);
         }
-        Ok(stop_run(&dir, &st, grace, rep).await?.is_empty())
+        if now.keeper_died() {
+            rep.note(0, &crate::node::up::keeper_died_line(name, crate::node::up::keeper_died_at(&dir)));
+        }
+        Ok(stop_run(&dir, grace, rep).await?.is_empty())
     }
 
     async fn log_tail(&self, name: &str, n: usize) -> Result<LogTail, CliError> {
@@ -185,6 +218,11 @@ impl Node for LocalNode {
             }
             let cmd = cmdline(p.pid).map(|c| c.join(" ")).unwrap_or_else(|| p.comm.clone());
             if let Some(k) = profiles.ps_kind(&cmd).or_else(|| profiles.ps_kind(&p.comm)) {
+                // a server whose keeper died is still a run's (status names it, down stops it by its mark)
+                let marked = procs::env_var(p.pid, crate::node::up::MARK).map(PathBuf::from);
+                if marked.is_some_and(|d| find_run(&d).pids.contains(&p.pid)) {
+                    continue;
+                }
                 matched.push((p.pid, p.ppid, k.to_string(), cmd));
             }
         }
@@ -273,7 +311,7 @@ impl Node for LocalNode {
 
     async fn wait_exit(&self, name: &str) -> ServerEnd {
         let Ok((dir, _)) = run::load(name) else { return recorded_end(None).await };
-        let pid = read_state(&dir).and_then(|s| s.server_pid);
+        let pid = find_run(&dir).server;
         while pid.is_some_and(procs::alive) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -305,8 +343,8 @@ impl Node for LocalNode {
 
     async fn evidence(&self, name: &str) -> Result<(Evidence, Vec<String>), CliError> {
         let (dir, _) = run::load(name)?;
-        let pid = read_state(&dir)
-            .and_then(|s| s.server_pid)
+        let pid = find_run(&dir)
+            .server
             .filter(|p| procs::alive(*p))
             .ok_or_else(|| CliError::usage(format!("dump: run {name} has no live server process")))?;
         let secrets = crate::sinks::redact::secret_values(&run::stored_secrets(name, None));

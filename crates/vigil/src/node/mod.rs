@@ -108,7 +108,11 @@ impl RunHandle {
     /// URL (the generic profile's path for an unknown kind; none without `probe`), exit-status file,
     /// secrets and command line.
     pub fn of_run(dir: &std::path::Path, rec: &run::RunRecord, profiles: &Profiles, probe: bool) -> RunHandle {
-        let st: run::State = run::read_json(&dir.join("state.json")).unwrap_or_default();
+        // the server found from the run's keeper; a recorded pid only when it is dead (its exit is then seen
+        // at once), never a live process the run does not own
+        let now = crate::node::up::find_run(dir);
+        let recorded = now.state.as_ref().and_then(|s| s.server_pid);
+        let pid = now.server.or(recorded.filter(|p| !crate::sources::procs::alive(*p)));
         let mut url = None;
         if probe {
             let profile = rec.server.as_ref().and_then(|k| profiles.get(k)).or_else(|| profiles.get("generic"));
@@ -120,7 +124,7 @@ impl RunHandle {
         RunHandle {
             name: Some(rec.name.clone()),
             log: Some(rec.log.clone()),
-            pid: st.server_pid,
+            pid,
             server: rec.server.clone(),
             url,
             exit_state: Some(dir.join("state.json")),

@@ -165,7 +165,7 @@ fn local_dir(host: &str, name: &str) -> PathBuf {
 }
 
 fn tool_text(t: &str, red: &Redactor, dir: &Path, file: &str, files: &mut Vec<String>, notes: &mut Vec<String>) {
-    if std::fs::write(dir.join(file), red.redact(t)).is_ok() {
+    if crate::state::write_private(&dir.join(file), red.redact(t).as_bytes()).is_ok() {
         files.push(file.to_string());
     }
     // a tool that failed printed its error instead of stacks
@@ -201,7 +201,7 @@ pub async fn capture(c: &Conn, name: &str, secrets: &[String]) -> Result<Evidenc
     let mut nccl_dumps = Vec::new();
     for d in dumps.into_iter().filter(|d| !d.name.is_empty()) {
         let keep = format!("nccl-{}", d.name);
-        if std::fs::write(dir.join(&keep), &d.bytes).is_ok() {
+        if crate::state::write_private(&dir.join(&keep), &d.bytes).is_ok() {
             nccl_dumps.push(keep);
         }
     }

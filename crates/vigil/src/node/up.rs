@@ -97,20 +97,123 @@ fn set_env(env: &mut Vec<(String, String)>, k: &str, v: &str) {
     }
 }
 
-/// Live processes of a run: keeper, server and every descendant of the keeper.
-pub fn run_pids(st: &State) -> Vec<i32> {
-    let mut v = Vec::new();
-    if st.keeper_pid > 0 && procs::alive(st.keeper_pid) {
-        v.push(st.keeper_pid);
-        v.extend(procs::descendants(st.keeper_pid));
+/// A run as this machine shows it now, found from its keeper and never from a pid a file names alone.
+#[derive(Debug, Default)]
+pub struct RunNow {
+    /// The keeper, checked: alive as the very process that was launched (pid, start time, boot id) and
+    /// running as this run's keeper (`vigil __keeper RUN_DIR`).
+    pub keeper: Option<procs::ProcId>,
+    /// Every live process of the run: the keeper and its descendants; with the keeper gone, the processes
+    /// that carry the run's mark (`VIGIL_RUN_DIR` in their environment).
+    pub pids: Vec<i32>,
+    /// The server's root process, when it is among them.
+    pub server: Option<i32>,
+    /// What `state.json` says, when it can be read.
+    pub state: Option<State>,
+    /// Why `state.json` cannot be read, when it exists and cannot.
+    pub state_err: Option<String>,
+}
+
+impl RunNow {
+    /// The keeper is gone and processes of the run live on: their output reaches no log any more.
+    pub fn keeper_died(&self) -> bool {
+        self.keeper.is_none() && !self.pids.is_empty()
     }
-    if let Some(s) = st.server_pid {
-        if procs::alive(s) && !v.contains(&s) {
-            v.push(s);
-            v.extend(procs::descendants(s));
+}
+
+/// The environment mark of a run's processes: the keeper gives the server `VIGIL_RUN=NAME` and
+/// `VIGIL_RUN_DIR=RUN_DIR` (the folder tells runs of one name under two state folders apart).
+pub const MARK: &str = "VIGIL_RUN_DIR";
+
+/// Is `pid` the keeper of the run in `dir` (a process of ours whose command line is `vigil __keeper DIR`)?
+fn keeper_of(pid: i32, dir: &Path) -> bool {
+    cmdline(pid).is_some_and(|c| c.len() >= 3 && c[1] == "__keeper" && Path::new(&c[2]) == dir) && procs::ours(pid)
+}
+
+/// The run in `dir` now: its keeper (the identity `state.json` recorded, checked; else, when the run's lock
+/// is held or the state unreadable, found among the processes by its command line), its processes.
+pub fn find_run(dir: &Path) -> RunNow {
+    let (state, state_err) = match run::read_json_checked::<State>(&dir.join("state.json")) {
+        Ok(s) => (s, None),
+        Err(e) => (None, Some(e)),
+    };
+    let recorded = state
+        .as_ref()
+        .and_then(|s| s.keeper.clone().or_else(|| procs::ProcId::of(s.keeper_pid).filter(|_| s.keeper_pid > 0)));
+    let mut keeper = recorded.filter(|k| k.is_live() && keeper_of(k.pid, dir));
+    if keeper.is_none() && (state.is_none() || run::lock_held(dir)) {
+        keeper = procs::all_procs()
+            .into_iter()
+            .filter(|p| p.state != 'Z' && keeper_of(p.pid, dir))
+            .find_map(|p| procs::ProcId::of(p.pid));
+    }
+    let mut pids = Vec::new();
+    if let Some(k) = &keeper {
+        pids.push(k.pid);
+        pids.extend(procs::descendants(k.pid));
+    } else if !state.as_ref().is_some_and(|s| s.keeper_done) {
+        pids = procs::marked(MARK, &dir.display().to_string());
+    }
+    let recorded_server = state.as_ref().and_then(|s| s.server_pid).filter(|p| pids.contains(p));
+    let server = recorded_server.or_else(|| match &keeper {
+        Some(k) => pids.iter().copied().find(|p| procs::read_proc(*p).is_some_and(|x| x.ppid == k.pid)),
+        None => pids.iter().copied().find(|p| procs::read_proc(*p).is_some_and(|x| !pids.contains(&x.ppid))),
+    });
+    RunNow { keeper, pids, server, state, state_err }
+}
+
+/// When the keeper of the run in `dir` was first seen dead with its server alive (ms since the epoch):
+/// recorded by the first command that saw it (`keeper-died`), best effort.
+pub fn keeper_died_at(dir: &Path) -> u64 {
+    let p = dir.join("keeper-died");
+    if let Some(t) = std::fs::read_to_string(&p).ok().and_then(|s| s.trim().parse().ok()) {
+        return t;
+    }
+    let t = crate::state::now_ms();
+    let _ = run::write_atomic(&p, t.to_string().as_bytes());
+    t
+}
+
+/// What vigil says of a run whose keeper died while its server lives.
+pub fn keeper_died_line(name: &str, at_ms: u64) -> String {
+    format!(
+        "the keeper of run {name} died at {}: the server lives on but its output after that is lost; `vigil down {name}` stops it",
+        at_text(at_ms)
+    )
+}
+
+/// "2026-12-02 05:42:10 UTC".
+fn at_text(at_ms: u64) -> String {
+    let t = crate::sinks::history::fmt_time(at_ms);
+    match t.strip_suffix(" UTC") {
+        Some(hm) => format!("{hm}:{:02} UTC", (at_ms / 1000) % 60),
+        None => t,
+    }
+}
+
+/// Watches the keeper of the run in `dir` while its server `pid` lives: when the keeper dies first (or is
+/// already dead when the watch begins), the line that says so goes to `tx` (once).
+pub fn watch_keeper(dir: PathBuf, pid: i32, tx: tokio::sync::mpsc::UnboundedSender<String>) {
+    tokio::spawn(async move {
+        let keeper = tokio::task::spawn_blocking({
+            let dir = dir.clone();
+            move || find_run(&dir).keeper
+        })
+        .await
+        .ok()
+        .flatten();
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        while !tx.is_closed() {
+            if !keeper.as_ref().is_some_and(|k| k.is_live()) {
+                // the keeper ends after the server in order: only a server still alive means it died
+                if procs::alive(pid) {
+                    let _ = tx.send(keeper_died_line(&name, keeper_died_at(&dir)));
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    }
-    v
+    });
 }
 
 pub fn read_state(dir: &Path) -> Option<State> {
@@ -141,24 +244,63 @@ pub async fn launch(
     profiles: &Profiles,
     rep: &mut Reporter,
 ) -> Result<crate::node::Launched, CliError> {
-    let dir = run::run_dir(name)?;
-    // An earlier run with this name still alive?
-    if let Some(st) = read_state(&dir) {
-        let live = run_pids(&st);
-        if !live.is_empty() {
-            if !a.replace {
-                return Err(CliError::usage(format!(
-                    "run '{name}' is still alive (pids {}): stop it with `vigil down {name}`, or pass --replace",
-                    join_pids(&live)
-                )));
+    // One run per name: the name's lock is taken before anything else, and held (by the keeper, once it
+    // runs) for the run's life; a second `up` of the name finds it taken.
+    let dir = run::runs_dir()?.join(name);
+    run::valid_name(name)?;
+    crate::state::mkdir_private(&dir)?;
+    let deadline = Instant::now() + a.grace + Duration::from_secs(10);
+    let lock = loop {
+        if let Some(l) = run::NameLock::try_take(&dir)? {
+            break l;
+        }
+        let now = find_run(&dir);
+        let holder = match &now.keeper {
+            Some(k) => {
+                format!("keeper pid {}{}", k.pid, now.server.map(|s| format!(", server pid {s}")).unwrap_or_default())
             }
-            let r = stop_run(&dir, &st, a.grace, rep).await?;
-            if !r.is_empty() {
-                return Err(CliError::usage(format!(
-                    "--replace: could not stop the earlier run (survivors: {})",
-                    join_pids(&r)
-                )));
-            }
+            None => match run::lock_taker(&dir) {
+                Some(p) => format!("vigil pid {p} is starting it"),
+                None => "another vigil is starting it".to_string(),
+            },
+        };
+        if !a.replace || now.keeper.is_none() {
+            let how = if now.keeper.is_some() { ", or pass --replace" } else { "" };
+            return Ok(Err((
+                Exit::Refused,
+                format!("run '{name}' is already running ({holder}): stop it with `vigil down {name}`{how}"),
+            )));
+        }
+        if Instant::now() > deadline {
+            return Ok(Err((Exit::Refused, format!("--replace: run '{name}' still holds its name ({holder})"))));
+        }
+        let r = stop_run(&dir, a.grace, rep).await?;
+        if !r.is_empty() {
+            return Ok(Err((
+                Exit::NotStopped,
+                format!("--replace: could not stop the earlier run (survivors: {})", join_pids(&r)),
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // An earlier run whose keeper died may have left its server running: never a second one beside it.
+    let now = find_run(&dir);
+    if !now.pids.is_empty() {
+        if !a.replace {
+            return Ok(Err((
+                Exit::Refused,
+                format!(
+                    "run '{name}' is still alive without its keeper (pids {}): stop it with `vigil down {name}`, or pass --replace",
+                    join_pids(&now.pids)
+                ),
+            )));
+        }
+        let r = stop_run(&dir, a.grace, rep).await?;
+        if !r.is_empty() {
+            return Ok(Err((
+                Exit::NotStopped,
+                format!("--replace: could not stop the earlier run (survivors: {})", join_pids(&r)),
+            )));
         }
     }
     let profile = kind.as_ref().and_then(|k| profiles.get(k)).cloned();
@@ -189,8 +331,7 @@ pub async fn launch(
             return Ok(Err((Exit::CheckFailed, why)));
         }
     }
-    crate::state::mkdir_private(&dir)?;
-    for f in ["state.json", "events.jsonl", "stop.json", "startup.json", "verdict.json"] {
+    for f in ["state.json", "events.jsonl", "stop.json", "startup.json", "verdict.json", "keeper-died"] {
         let _ = std::fs::remove_file(dir.join(f));
     }
     let log = dir.join("server.log");
@@ -227,7 +368,9 @@ pub async fn launch(
     if crate::signals::take_interrupt() {
         return Ok(Err((Exit::Interrupted, "interrupted before the launch: nothing started".into())));
     }
-    spawn_keeper(&dir)?;
+    let keeper = spawn_keeper(&dir, &lock)?;
+    // The keeper holds the name's lock now (the descriptor is shared): ours is let go.
+    drop(lock);
     // The keeper writes state.json once the server runs (or could not start).
     let t0 = Instant::now();
     let st = loop {
@@ -238,6 +381,12 @@ pub async fn launch(
             if st.server_pid.is_some() {
                 break st;
             }
+        }
+        if keeper.is_finished() {
+            return Err(CliError::Internal(format!(
+                "the keeper ended before it started the server (see {})",
+                dir.join("keeper.err").display()
+            )));
         }
         if t0.elapsed() > Duration::from_secs(10) {
             return Err(CliError::Internal("the keeper did not start the server within 10 s".into()));
@@ -261,35 +410,43 @@ pub async fn launch(
     Ok(Ok(h))
 }
 
-fn spawn_keeper(dir: &Path) -> Result<(), CliError> {
+/// Starts the keeper of the run in `dir` in its own session, handing it the name's lock (the descriptor is
+/// inherited: `VIGIL_KEEPER_LOCK_FD` says which). Returns the thread that reaps it (finished: the keeper ended).
+fn spawn_keeper(dir: &Path, lock: &run::NameLock) -> Result<std::thread::JoinHandle<()>, CliError> {
     let exe = std::env::current_exe().map_err(|e| CliError::Internal(format!("own path: {e}")))?;
     let mut c = std::process::Command::new(exe);
     c.arg("__keeper").arg(dir);
     for k in crate::sinks::notify::NOTIFY_VARS {
         c.env_remove(k);
     }
+    // a vigil started inside another run's server does not carry that run's mark into its keeper
+    c.env_remove("VIGIL_RUN").env_remove(MARK);
+    let fd = lock.fd();
+    c.env("VIGIL_KEEPER_LOCK_FD", fd.to_string());
     c.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
     use std::os::unix::fs::OpenOptionsExt;
     let errlog = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(dir.join("keeper.err"))
         .map_err(|e| CliError::usage(format!("cannot write {}: {e}", dir.display())))?;
     c.stderr(errlog);
-    // SAFETY: setsid between fork and exec: a new session, detached from our terminal.
+    // SAFETY: setsid and fcntl between fork and exec (async-signal-safe): a new session, detached from our
+    // terminal; the lock's descriptor kept open across exec.
     unsafe {
-        c.pre_exec(|| {
+        c.pre_exec(move || {
             libc::setsid();
+            libc::fcntl(fd, libc::F_SETFD, 0);
             Ok(())
         });
     }
     let mut child = c.spawn().map_err(|e| CliError::Internal(format!("cannot start the keeper: {e}")))?;
     // The keeper is reaped by a thread so it does not linger as our zombie.
-    std::thread::spawn(move || {
+    Ok(std::thread::spawn(move || {
         let _ = child.wait();
-    });
-    Ok(())
+    }))
 }
 
 fn join_pids(v: &[i32]) -> String {
@@ -298,36 +455,54 @@ fn join_pids(v: &[i32]) -> String {
 
 /// Stops a run through its keeper (or directly when the keeper is gone) and waits until every
 /// process of it is gone. Returns the survivors (empty on success).
-/// Async with deadlines: the runtime goes on while it waits, and a second interrupt kills at once.
-pub async fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporter) -> Result<Vec<i32>, CliError> {
-    let before = run_pids(st);
+/// The stop comes first and the record after: the grace travels with the keeper's signal (a full disk or
+/// a read-only state folder never blocks a stop), and only a keeper that is still the launched process
+/// is signalled. Async with deadlines: the runtime goes on while it waits, and a second interrupt kills at
+/// once.
+pub async fn stop_run(dir: &Path, grace: Duration, rep: &mut Reporter) -> Result<Vec<i32>, CliError> {
+    let now = find_run(dir);
+    let before = now.pids.clone();
     if before.is_empty() {
         return Ok(vec![]);
     }
     let t0 = Instant::now();
-    let gpu_before = st.server_pid.and_then(|s| crate::sources::gpu::before_stop(s, &before));
-    run::write_json(&dir.join("stop.json"), &StopRequest { grace_ms: grace.as_millis() as u64 })?;
-    let keeper_alive = st.keeper_pid > 0 && procs::alive(st.keeper_pid);
-    if keeper_alive {
-        procs::signal(st.keeper_pid, libc::SIGTERM);
-    } else if let Some(s) = st.server_pid {
-        let d = dir.to_path_buf();
-        let r = procs::stop_tree_async(s, true, grace, move |sig, pids| {
-            run::append_event(&d, RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value());
-        })
-        .await;
-        run::append_event(dir, RunEvent::Stopped { t_unix_ms: crate::state::now_ms(), report: &r }.to_value());
+    let grace_ms = grace.as_millis().min(i32::MAX as u128) as i32;
+    let gpu_before = now.server.and_then(|s| crate::sources::gpu::before_stop(s, &before));
+    let keeper = now.keeper.clone().filter(|k| k.signal(libc::SIGTERM, Some(grace_ms)));
+    if keeper.is_none() {
+        // the keeper is gone: the run's processes (found by their mark) are stopped here, each tree at once
+        let roots: Vec<i32> =
+            before.iter().copied().filter(|p| procs::read_proc(*p).is_none_or(|x| !before.contains(&x.ppid))).collect();
+        let mut tasks = Vec::new();
+        for r in roots {
+            let d = dir.to_path_buf();
+            tasks.push(tokio::spawn(procs::stop_tree_async(r, true, grace, move |sig, pids| {
+                run::append_event(
+                    &d,
+                    RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value(),
+                );
+            })));
+        }
+        for t in tasks {
+            if let Ok(r) = t.await {
+                run::append_event(dir, RunEvent::Stopped { t_unix_ms: crate::state::now_ms(), report: &r }.to_value());
+            }
+        }
     }
+    // recorded after the signal, best effort (the keeper records the request it received itself)
+    let _ = run::write_json(&dir.join("stop.json"), &StopRequest { grace_ms: grace.as_millis() as u64 });
     // Wait until every process is gone: grace + time for SIGKILL to land. A second Ctrl-C kills at once.
     let deadline = t0 + grace + Duration::from_secs(10);
     let mut killed_now = false;
     loop {
-        let live: Vec<i32> = before.iter().copied().filter(|p| procs::alive(*p)).chain(run_pids(st)).collect();
+        let mut live: Vec<i32> = before.iter().copied().filter(|p| procs::alive(*p)).collect();
+        if let Some(k) = keeper.as_ref().filter(|k| k.is_live()) {
+            live.extend(procs::descendants(k.pid));
+        }
         if live.is_empty() {
             break;
         }
         if Instant::now() > deadline {
-            let mut live = live;
             live.sort();
             live.dedup();
             for p in &live {
@@ -338,8 +513,8 @@ pub async fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporte
         }
         if !killed_now && crate::signals::take_interrupt() {
             killed_now = true;
-            if keeper_alive {
-                procs::signal(st.keeper_pid, libc::SIGUSR1);
+            if let Some(k) = &keeper {
+                k.signal(libc::SIGUSR1, None);
             }
             rep.note(t0.elapsed().as_millis() as u64, "second interrupt: killing at once");
         }

@@ -82,7 +82,7 @@ pub(crate) fn fmt_phases(p: &BTreeMap<Phase, u64>) -> String {
     p.iter().map(|(k, v)| format!("{k} {}", fmt_ms(*v))).collect::<Vec<_>>().join(" · ")
 }
 
-pub(crate) fn fmt_time(unix_ms: u64) -> String {
+pub fn fmt_time(unix_ms: u64) -> String {
     let secs = (unix_ms / 1000) as i64;
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);

@@ -32,6 +32,125 @@ pub fn read_proc(pid: i32) -> Option<Proc> {
     })
 }
 
+/// The machine's boot id (`/proc/sys/kernel/random/boot_id`): with a pid and its start time it names one
+/// process for all time (a pid alone is reused, and start times restart at every boot).
+pub fn boot_id() -> String {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+    })
+    .clone()
+}
+
+/// One process for all time: its pid, its start time (`/proc/PID/stat` field 22, clock ticks after boot) and
+/// the boot it started in. A pid that no longer matches is another process, never to be signalled.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProcId {
+    pub pid: i32,
+    pub start_ticks: u64,
+    pub boot_id: String,
+}
+
+impl ProcId {
+    /// The identity of the live (not zombie) process `pid` now.
+    pub fn of(pid: i32) -> Option<ProcId> {
+        let p = read_proc(pid).filter(|p| p.state != 'Z' && p.state != 'X')?;
+        Some(ProcId { pid, start_ticks: p.start_ticks, boot_id: boot_id() })
+    }
+
+    /// Is this very process alive (same pid, start time and boot)?
+    pub fn is_live(&self) -> bool {
+        self.pid > 0 && ProcId::of(self.pid).is_some_and(|now| now == *self)
+    }
+
+    /// Sends `sig` to this process, and only to it: through a pidfd opened and then checked against the
+    /// identity (a pid reused between the check and the signal cannot receive it), else (kernels before
+    /// 5.3) by kill after the check. `value` travels with the signal (`sigqueue`'s value). False when the
+    /// process is not this one any more.
+    pub fn signal(&self, sig: i32, value: Option<i32>) -> bool {
+        // SAFETY: pidfd_open on a pid; the descriptor is closed below.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) } as i32;
+        if fd < 0 {
+            if !self.is_live() {
+                return false;
+            }
+            // SAFETY: kill/sigqueue on a pid we just checked.
+            return unsafe {
+                match value {
+                    Some(v) => {
+                        libc::sigqueue(self.pid, sig, libc::sigval { sival_ptr: v as usize as *mut libc::c_void }) == 0
+                    }
+                    None => libc::kill(self.pid, sig) == 0,
+                }
+            };
+        }
+        let ok = self.is_live() && {
+            let info = value.map(|v| QueueInfo::new(sig, v));
+            let ptr = info.as_ref().map_or(std::ptr::null(), |i| i as *const QueueInfo);
+            // SAFETY: pidfd_send_signal on our descriptor with a siginfo laid out as the kernel reads it.
+            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, sig, ptr, 0) == 0 }
+        };
+        // SAFETY: closing the descriptor we opened.
+        unsafe { libc::close(fd) };
+        ok
+    }
+}
+
+/// A `siginfo_t` as `sigqueue` fills it (`SI_QUEUE`, our pid and uid, the value): what `pidfd_send_signal`
+/// needs to carry a value. The kernel's layout on 64-bit Linux: three ints, padding, then the union.
+#[repr(C)]
+struct QueueInfo {
+    signo: i32,
+    errno: i32,
+    code: i32,
+    #[cfg(target_pointer_width = "64")]
+    _pad: i32,
+    pid: i32,
+    uid: u32,
+    value: usize,
+    _rest: [u8; QUEUE_INFO_REST],
+}
+
+/// `siginfo_t` is 128 bytes; what follows the value is zero.
+const QUEUE_INFO_REST: usize = 112 - 2 * std::mem::size_of::<usize>();
+
+impl QueueInfo {
+    fn new(sig: i32, v: i32) -> QueueInfo {
+        QueueInfo {
+            signo: sig,
+            errno: 0,
+            code: libc::SI_QUEUE,
+            #[cfg(target_pointer_width = "64")]
+            _pad: 0,
+            pid: std::process::id() as i32,
+            // SAFETY: getuid has no preconditions.
+            uid: unsafe { libc::getuid() },
+            value: v as usize,
+            _rest: [0; QUEUE_INFO_REST],
+        }
+    }
+}
+
+/// Is the process ours (its `/proc/PID` owned by our effective uid)? A process of another user is never
+/// taken for one of our runs, whatever its command line or environment says.
+pub fn ours(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == me)
+}
+
+/// Every live process of ours whose environment holds `key=value` (a run's mark), other than vigil itself.
+pub fn marked(key: &str, value: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    all_procs()
+        .into_iter()
+        .filter(|p| p.state != 'Z' && p.state != 'X' && p.pid != me && ours(p.pid))
+        .filter(|p| env_var(p.pid, key).as_deref() == Some(value))
+        .map(|p| p.pid)
+        .collect()
+}
+
 /// The value of `key` in a process's environment (bounded read of `/proc/PID/environ`; None when it is not
 /// readable, e.g. another user's process).
 pub fn env_var(pid: i32, key: &str) -> Option<String> {
@@ -449,6 +568,29 @@ pub fn output_within(mut cmd: std::process::Command, deadline: Duration) -> std:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An identity names one process: a stale one (another start time, another boot) is not it and is never
+    /// signalled; the live one is, with a value.
+    #[test]
+    fn a_stale_identity_is_never_signalled() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let id = ProcId::of(child.id() as i32).unwrap();
+        assert!(id.is_live());
+        assert_eq!(id.boot_id.len(), 36, "{}", id.boot_id);
+        let later = ProcId { start_ticks: id.start_ticks + 1, ..id.clone() };
+        let other_boot = ProcId { boot_id: "another boot".into(), ..id.clone() };
+        for stale in [&later, &other_boot] {
+            assert!(!stale.is_live());
+            assert!(!stale.signal(libc::SIGKILL, None));
+            assert!(!stale.signal(libc::SIGKILL, Some(5)));
+        }
+        assert!(child.try_wait().unwrap().is_none(), "a stale identity was signalled");
+        assert!(id.signal(libc::SIGTERM, Some(1234)));
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+        assert!(!id.is_live(), "a reaped process is gone");
+        assert!(!id.signal(libc::SIGTERM, None));
+    }
 
     /// A run's mark is read from a process's environment: present in a child given it, absent in one
     /// without it (another server sharing the GPU is not the stopped run's leftover).

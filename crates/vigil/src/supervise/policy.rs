@@ -28,15 +28,14 @@ pub async fn on_verdict(
         return;
     }
     let Some(pid) = pid else { return };
-    let state: Option<crate::node::run::State> =
-        run_dir.and_then(|d| crate::node::run::read_json(&d.join("state.json")));
+    let run = run_dir.map(crate::node::up::find_run);
     let mut pids: Vec<i32> = crate::sources::procs::descendants(pid);
     if crate::sources::procs::alive(pid) {
         pids.insert(0, pid);
     }
     // a run's keeper is a subreaper: children the dead server left behind are its descendants
-    if let Some(k) = state.as_ref().map(|s| s.keeper_pid).filter(|k| *k > 0 && crate::sources::procs::alive(*k)) {
-        for d in crate::sources::procs::descendants(k) {
+    if let Some(k) = run.as_ref().and_then(|r| r.keeper.as_ref()) {
+        for d in crate::sources::procs::descendants(k.pid) {
             if !pids.contains(&d) {
                 pids.push(d);
             }
@@ -55,8 +54,8 @@ pub async fn on_verdict(
             push_detail(r, &format!("{}; {how} stops it", act.line()));
         }
         OnStall::Stop => {
-            act.survivors = match (run_dir, state) {
-                (Some(d), Some(st)) => crate::node::up::stop_run(d, &st, grace, rep).await.unwrap_or(pids.clone()),
+            act.survivors = match (run_dir, run.filter(|r| !r.pids.is_empty())) {
+                (Some(d), Some(_)) => crate::node::up::stop_run(d, grace, rep).await.unwrap_or(pids.clone()),
                 _ => {
                     // not a run of ours (stop_run proves a run's GPU release itself): prove it here
                     let before = crate::sources::gpu::before_stop(pid, &pids).filter(|b| b.held.total_mib > 0);

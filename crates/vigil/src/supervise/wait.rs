@@ -240,6 +240,7 @@ struct Sources {
     gpu_events: mpsc::UnboundedReceiver<vigil_core::gpu_health::GpuEvent>,
     emetrics: mpsc::UnboundedReceiver<Option<vigil_core::engine_metrics::MetricsSample>>,
     tree: mpsc::UnboundedReceiver<vigil_core::TreeSample>,
+    keeper: mpsc::UnboundedReceiver<String>,
     tick: tokio::time::Interval,
     _log_child: Option<tokio::process::Child>,
 }
@@ -329,9 +330,15 @@ impl Sources {
                 tree_tx,
             );
         }
+        // a run of `vigil up` here: its keeper's death (the server living on, its output lost) is a fact
+        let (keeper_tx, keeper_rx) = mpsc::unbounded_channel::<String>();
+        if let (Some(dir), Some(pid), None) = (a.exit_state.as_deref().and_then(|p| p.parent()), a.pid, &a.remote) {
+            crate::node::up::watch_keeper(dir.to_path_buf(), pid, keeper_tx);
+        }
         let mut tick = tokio::time::interval(Duration::from_millis(25));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Sources {
+            keeper: keeper_rx,
             lines: rx,
             exit: exit_rx,
             busy: busy_rx,
@@ -363,6 +370,7 @@ async fn drive(mut w: Watch<'_>, mut io: Io, mut s: Sources) -> Result<Outcome, 
             Some(g) = s.gpu_events.recv() => Input::GpuEvent(g),
             Some(m) = s.emetrics.recv() => Input::EngineMetrics(m),
             Some(t) = s.tree.recv() => Input::Tree(t),
+            Some(line) = s.keeper.recv() => Input::KeeperDied(line),
             g = pending(&mut io.gen_task) => {
                 io.gen_task = None;
                 Input::Generated(g.map_err(|e| CliError::Internal(format!("generation task: {e}")))?)

@@ -57,6 +57,9 @@ pub enum Input {
     LogEnded,
     /// The server exited; `log_bytes`: a remote log's size at that moment (judge once it is all here).
     Exit { end: ServerEnd, log_bytes: Option<u64> },
+    /// The run's keeper died while its server lives (the line says so): the server's output no longer
+    /// reaches the log, so nothing more can be judged.
+    KeeperDied(String),
     /// A health probe came back; `holder`: the port is held outside the server's tree (asked for only
     /// when `Watch::asks_holder` says so).
     Probe { result: ProbeResult, holder: Option<Holder> },
@@ -352,6 +355,12 @@ impl<'p> Watch<'p> {
                     return self.end(out);
                 }
             },
+            Input::KeeperDied(line) => {
+                out.push(Action::Note(line));
+                let report = self.judge.report().cloned();
+                out.push(Action::End(Box::new(Outcome { code: Exit::KeeperDied, report, interrupted: false })));
+                return self.end(out);
+            }
             Input::LogEnded => {
                 self.lines_open = false;
                 out.push(Action::Note("the log source ended".into()));

@@ -43,7 +43,17 @@ fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CliError> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // a bad value (a duration, a stall limit) is one line, like every other usage error
+        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid value");
+            eprintln!("vigil: {}", first.strip_prefix("error: ").map_or(first.to_string(), |m| format!("error: {m}")));
+            std::process::exit(Exit::Usage.code());
+        }
+        Err(e) => e.exit(),
+    };
     let code = match run(cli) {
         Ok(c) => c,
         Err(CliError::Usage(m)) => {

@@ -18,6 +18,7 @@ mod sources;
 mod state;
 mod supervise;
 use signals::install_interrupt_handlers;
+use sinks::report::printable;
 
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};
@@ -57,15 +58,15 @@ fn main() {
     let code = match run(cli) {
         Ok(c) => c,
         Err(CliError::Usage(m)) => {
-            eprintln!("vigil: error: {m}");
+            eprintln!("vigil: error: {}", printable(&m));
             Exit::Usage
         }
         Err(CliError::Internal(m)) => {
-            eprintln!("vigil: internal error: {m}");
+            eprintln!("vigil: internal error: {}", printable(&m));
             Exit::Internal
         }
         Err(CliError::Unreachable(m)) => {
-            eprintln!("vigil: error: {m}");
+            eprintln!("vigil: error: {}", printable(&m));
             Exit::Unreachable
         }
     };

@@ -321,8 +321,11 @@ pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut 
         v.extend(descendants(root));
         v.extend(all.keys().copied().filter(|p| !v.contains(p)).collect::<Vec<_>>());
         for p in v.iter().copied().filter(|p| alive(*p)) {
+            // the command line as every stored record keeps it: through the redactor (a `stopped` event in a
+            // run's events.jsonl must not hold `--api-key`'s value)
             all.entry(p).or_insert_with(|| {
-                (crate::sources::follow::cmdline(p).map(|c| c.join(" ")).unwrap_or_default(), String::new())
+                let cmd = crate::sources::follow::cmdline(p).map(|c| c.join(" ")).unwrap_or_default();
+                (crate::sinks::redact::redact_cmdline(&cmd), String::new())
             });
         }
         v.into_iter().filter(|p| alive(*p)).collect::<Vec<_>>()

@@ -91,7 +91,16 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
     ) {
         install_interrupt_handlers();
     }
-    let profiles = load_profiles(&cli.profiles)?;
+    let profiles = match load_profiles(&cli.profiles) {
+        Ok(p) => p,
+        // A broken user profile blocks only the commands that judge a server by the profiles; the others
+        // (status, down, ps, logs, dump, gpu, history) go on with the built-in ones and say so.
+        Err(CliError::Usage(m)) if !needs_profiles(&cli.cmd) => {
+            eprintln!("vigil: warning: {}; going on with the built-in profiles", printable(&m));
+            vigil_core::Profiles::builtin()
+        }
+        Err(e) => return Err(e),
+    };
     let rf = &cli.remote;
     if rf.connect_timeout.is_zero() {
         return Err(CliError::usage("--connect-timeout must be above zero"));
@@ -175,6 +184,22 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             sinks::tables::profiles(&profiles);
             Ok(Exit::Ready)
         }
+    }
+}
+
+/// Whether a command cannot do its work without the user's profiles as written (it launches, watches,
+/// checks or diagnoses a server by them, or lists them): a profile error is then the command's error; every
+/// other command treats it as a warning.
+fn needs_profiles(cmd: &Cmd) -> bool {
+    match cmd {
+        Cmd::Status { .. }
+        | Cmd::Down { .. }
+        | Cmd::Ps { .. }
+        | Cmd::Logs { .. }
+        | Cmd::Dump { .. }
+        | Cmd::Gpu { .. } => false,
+        Cmd::History { sub, .. } => sub.is_some(),
+        _ => true,
     }
 }
 

@@ -55,10 +55,14 @@ pub fn exit_how(code: Option<i32>, signal: Option<i32>) -> String {
     }
 }
 
-/// What the `stopped` event says of an orderly end after ready (`requested`: `vigil down` asked for it).
-pub fn stopped_how(x: &vigil_core::judge::ExitInfo, requested: bool) -> String {
+/// What the `stopped` event says of an orderly end (`requested`: `vigil down` asked for it), after ready or
+/// (`before`: the phase it was in) during the start.
+pub fn stopped_how(x: &vigil_core::judge::ExitInfo, requested: bool, before: Option<vigil_core::Phase>) -> String {
     let by = if requested { " (stopped by vigil down)" } else { "" };
-    format!("the server {} after ready{by}", exit_how(x.code, x.signal))
+    match before {
+        Some(p) => format!("the server {} before ready, in {p}{by}", exit_how(x.code, x.signal)),
+        None => format!("the server {} after ready{by}", exit_how(x.code, x.signal)),
+    }
 }
 
 /// A run's state for `status`: the last verdict vigil reached for it (`recorded`, from its
@@ -312,15 +316,25 @@ pub async fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporte
         procs::signal(st.keeper_pid, libc::SIGTERM);
     } else if let Some(s) = st.server_pid {
         let d = dir.to_path_buf();
-        let r = procs::stop_tree_async(s, true, grace, move |sig, pids| {
-            run::append_event(&d, RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value());
-        })
+        let r = procs::stop_tree_async(
+            s,
+            true,
+            grace,
+            move |sig, pids| {
+                run::append_event(
+                    &d,
+                    RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value(),
+                );
+            },
+            crate::signals::take_interrupt,
+        )
         .await;
         run::append_event(dir, RunEvent::Stopped { t_unix_ms: crate::state::now_ms(), report: &r }.to_value());
     }
     // Wait until every process is gone: grace + time for SIGKILL to land. A second Ctrl-C kills at once.
     let deadline = t0 + grace + Duration::from_secs(10);
     let mut killed_now = false;
+    let mut killed_logged = false;
     loop {
         let live: Vec<i32> = before.iter().copied().filter(|p| procs::alive(*p)).chain(run_pids(st)).collect();
         if live.is_empty() {
@@ -341,7 +355,19 @@ pub async fn stop_run(dir: &Path, st: &State, grace: Duration, rep: &mut Reporte
             if keeper_alive {
                 procs::signal(st.keeper_pid, libc::SIGUSR1);
             }
-            rep.note(t0.elapsed().as_millis() as u64, "second interrupt: killing at once");
+            rep.note(t0.elapsed().as_millis() as u64, "interrupted during the stop's grace: killing at once");
+        }
+        if killed_now {
+            // The keeper carries out one stop at a time: inside the grace of the first it sees SIGUSR1 only
+            // after it. The tree is killed from here too (the keeper records the end when its tree is gone).
+            let mut tree: Vec<i32> = live.iter().copied().filter(|p| *p != st.keeper_pid).collect();
+            tree.sort();
+            tree.dedup();
+            let killed: Vec<i32> = tree.into_iter().filter(|p| procs::signal(*p, libc::SIGKILL)).collect();
+            if !killed.is_empty() && !std::mem::replace(&mut killed_logged, true) {
+                let ev = RunEvent::Signal { signal: "SIGKILL", pids: &killed, t_unix_ms: crate::state::now_ms() };
+                run::append_event(dir, ev.to_value());
+            }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -444,9 +470,14 @@ pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<Exit, CliError> {
     let mut tree = vec![p];
     tree.extend(procs::descendants(p));
     let gpu_before = crate::sources::gpu::before_stop(p, &tree);
-    let r = procs::stop_tree(p, true, grace, &mut |sig, pids| {
-        rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids)))
-    });
+    // Ctrl-C during the grace kills at once (`down` is the first stop)
+    let r = procs::stop_tree_until(
+        p,
+        true,
+        grace,
+        &mut |sig, pids| rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids))),
+        &crate::signals::take_interrupt,
+    );
     rep.emit(None, &WatchEvent::TreeStopped { pid: p, report: &r });
     for s in &r.survivors {
         rep.note(r.elapsed_ms, &format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd)));

@@ -402,7 +402,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                         interrupted = true;
                         code = Exit::Ready;
                     } else if x.orderly_after_ready(end.requested) {
-                        why = format!("rank 0's server {} after ready", crate::node::up::stopped_how(x, end.requested));
+                        why = format!("rank 0's server {} after ready", crate::node::up::stopped_how(x, end.requested, None));
                         code = Exit::Ready;
                     } else {
                         why = format!("rank 0's server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal));
@@ -656,7 +656,7 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
                 }
                 let x = &end.exit;
                 let (code, note) = if x.orderly_after_ready(end.requested) {
-                    (Exit::Ready, format!("its server {} after ready", crate::node::up::stopped_how(x, end.requested)))
+                    (Exit::Ready, format!("its server {} after ready", crate::node::up::stopped_how(x, end.requested, None)))
                 } else {
                     (Exit::Crashed, format!("its server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal)))
                 };

@@ -298,17 +298,22 @@ pub enum Got {
 /// One read of a stream; while a redraw waits for its end, a read that finds the stream quiet for
 /// `REDRAW_QUIET` gives the redraw as it stands instead.
 pub async fn read_live<R: tokio::io::AsyncRead + Unpin>(r: &mut R, buf: &mut [u8], split: &mut Splitter) -> Got {
-    let got = if split.redraw_waiting() {
-        match tokio::time::timeout(REDRAW_QUIET, r.read(buf)).await {
-            Ok(got) => got,
-            Err(_) => return split.take_redraw().map_or(Got::End, Got::Redraw),
-        }
-    } else {
-        r.read(buf).await
-    };
-    match got {
-        Ok(0) | Err(_) => Got::End,
-        Ok(n) => Got::Data(n),
+    loop {
+        let got = if split.redraw_waiting() {
+            match tokio::time::timeout(REDRAW_QUIET, r.read(buf)).await {
+                Ok(got) => got,
+                Err(_) => match split.take_redraw() {
+                    Some(l) => return Got::Redraw(l),
+                    None => continue,
+                },
+            }
+        } else {
+            r.read(buf).await
+        };
+        return match got {
+            Ok(0) | Err(_) => Got::End,
+            Ok(n) => Got::Data(n),
+        };
     }
 }
 

@@ -388,9 +388,14 @@ fn e2e_the_stored_stop_is_redacted() {
     let events = std::fs::read_to_string(d.0.join("runs/k/events.jsonl")).unwrap();
     assert!(events.contains("\"stopped\""), "{events}");
     assert!(events.contains("--api-key ***"), "{events}");
-    for f in std::fs::read_dir(d.0.join("runs/k")).unwrap().flatten() {
-        let text = String::from_utf8_lossy(&std::fs::read(f.path()).unwrap_or_default()).into_owned();
-        assert!(!text.contains(key), "{} holds the key", f.path().display());
+    // every record of the run, and the history store; only secrets/k.json keeps it (0600, to replay the
+    // command on `restart`)
+    let mut files: Vec<std::path::PathBuf> =
+        std::fs::read_dir(d.0.join("runs/k")).unwrap().flatten().map(|f| f.path()).collect();
+    files.push(d.0.join("history.db"));
+    for f in files {
+        let text = String::from_utf8_lossy(&std::fs::read(&f).unwrap_or_default()).into_owned();
+        assert!(!text.contains(key), "{} holds the key", f.display());
     }
 }
 

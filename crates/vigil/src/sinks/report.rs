@@ -808,6 +808,26 @@ mod tests {
         assert_eq!(out.text(), want);
     }
 
+    /// issue #36: text from other processes (a log line, a process title in the evidence, a verdict's last
+    /// lines) cannot drive the terminal: its control characters are written escaped; vigil's own colours and
+    /// line breaks stay.
+    #[test]
+    fn control_characters_from_outside_are_escaped() {
+        let out = Buf::default();
+        let mut r = Reporter::to_writer(Mode::Tty, true, Box::new(out.clone()));
+        r.echo(10, "loading \x1b]0;pwned\x07\x1b[2J\u{9b}m done\tok");
+        let mut crashed = report(Verdict::Crashed, Phase::Weights);
+        crashed.evidence = vec!["pid 7 `\x1b[31mtitle`".into()];
+        r.verdict(20, &crashed, None);
+        let text = out.text();
+        assert!(text.contains("  | loading \\x1b]0;pwned\\x07\\x1b[2J\\u{9b}m done\tok\n"), "{text:?}");
+        assert!(text.contains("    | pid 7 `\\x1b[31mtitle`"), "{text:?}");
+        assert!(text.contains("vigil: \x1b[31mCRASHED\x1b[0m in weights"), "vigil's own colour: {text:?}");
+        assert!(!text.contains('\x07') && !text.contains('\u{9b}'), "{text:?}");
+        assert_eq!(printable("plain text\tkept"), "plain text\tkept");
+        assert_eq!(printable("a\x7fb\rc"), "a\\x7fb\\x0dc");
+    }
+
     /// Several hosts: each watch's reporter is tagged and shares stdout; the driver tells the least advanced
     /// rank's phase; the end is the multi-node headline and the per-host table (`tables::fleet_text`).
     #[test]

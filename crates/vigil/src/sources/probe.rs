@@ -379,6 +379,43 @@ fn parse_response(data: &[u8]) -> Result<(u16, Vec<u8>), String> {
 mod http_tests {
     use super::*;
 
+    /// issue #36: a status counts once the headers end; a 200 whose headers never end is no answer (the
+    /// probe's deadline ends it), and one that closes first is an error.
+    #[test]
+    fn a_status_counts_once_the_headers_end() {
+        use tokio::io::AsyncWriteExt;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let answer = |bytes: &'static [u8], close: bool| {
+            rt.block_on(async move {
+                let (client, mut server) = tokio::io::duplex(1 << 16);
+                server.write_all(bytes).await.unwrap();
+                if close {
+                    // the peer's side ends (its half closed) before the headers do
+                    server.shutdown().await.unwrap();
+                    let r = status_of(client, "GET / HTTP/1.1\r\n\r\n", &AtomicBool::new(false)).await;
+                    drop(server);
+                    return r.map_err(|f| f.note);
+                }
+                let begun = AtomicBool::new(false);
+                let r = tokio::time::timeout(
+                    Duration::from_millis(200),
+                    status_of(client, "GET / HTTP/1.1\r\n\r\n", &begun),
+                )
+                .await;
+                drop(server);
+                match r {
+                    Ok(r) => r.map_err(|f| f.note),
+                    Err(_) => Err(format!("timed out (answer begun: {})", begun.load(Ordering::SeqCst))),
+                }
+            })
+        };
+        assert_eq!(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false), Ok(200));
+        assert_eq!(answer(b"HTTP/1.1 503 Loading\n\n", false), Ok(503));
+        assert_eq!(answer(b"HTTP/1.1 200 OK\r\nX-Pad: a\r\n", false), Err("timed out (answer begun: true)".into()));
+        let e = answer(b"HTTP/1.1 200 OK\r\nX-Pad: a\r\n", true).unwrap_err();
+        assert!(e.contains("closed before its headers ended"), "{e}");
+    }
+
     #[test]
     fn ipv6_first_falls_back_to_ipv4() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -178,7 +178,7 @@ pub(crate) enum Cmd {
         /// A server tree vigil did not start (see `vigil ps`).
         #[arg(long)]
         pid: Option<i32>,
-        /// Time between SIGTERM and SIGKILL.
+        /// Time between SIGTERM and SIGKILL (0: SIGKILL at once; Ctrl-C during it kills at once).
         #[arg(long, default_value = "10s", value_name = "DUR", value_parser = parse_duration)]
         grace: std::time::Duration,
         /// JSON lines: the signals sent, the stop report, GPU memory released.
@@ -303,7 +303,7 @@ pub(crate) struct WaitFlags {
     /// Server kind (default: detected from the log).
     #[arg(long, value_name = "KIND", help_heading = help::TARGET)]
     pub(crate) server: Option<String>,
-    /// Overall deadline (exit 5 if still progressing then).
+    /// Overall deadline, the generation proof included (exit 5 if still progressing then).
     #[arg(long, default_value = "2h", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::LIMITS)]
     pub(crate) timeout: std::time::Duration,
     /// Probe interval once the port may be open.
@@ -320,7 +320,7 @@ pub(crate) struct WaitFlags {
     /// Alive with no progress (no progress line in the log, no change in GPU memory) for this long:
     /// `stalled`, exit 4. Phases: launch, dist_init, weights, draft_weights, kv_cache, compile,
     /// cuda_graphs, draft_cuda_graphs, http, warmup, serving. Defaults: http 2m; launch, kv_cache and
-    /// serving 5m; compile 15m; the others 10m.
+    /// serving 5m; compile 15m; the others 10m. A limit must be above zero.
     #[arg(long, value_name = "[PHASE=]DUR", value_parser = parse_stall, help_heading = help::LIMITS)]
     pub(crate) stall: Vec<Stall>,
     /// JSON lines on stdout, one event a line (schema: docs/events.md).
@@ -422,7 +422,7 @@ pub(crate) struct UpFlags {
     /// Alive with no progress (no progress line in the log, no change in GPU memory) for this long:
     /// `stalled`, exit 4. Phases: launch, dist_init, weights, draft_weights, kv_cache, compile,
     /// cuda_graphs, draft_cuda_graphs, http, warmup, serving. Defaults: http 2m; launch, kv_cache and
-    /// serving 5m; compile 15m; the others 10m.
+    /// serving 5m; compile 15m; the others 10m. A limit must be above zero.
     #[arg(long, value_name = "[PHASE=]DUR", value_parser = parse_stall, help_heading = help::LIMITS)]
     pub(crate) stall: Vec<Stall>,
     /// Rotate the run log at this size (bytes, or with a suffix k, m, g).

@@ -301,7 +301,10 @@ pub fn ratio(a: u64, b: u64) -> f64 {
 /// Per-phase stall limits learned from the longest silent gap of each phase in good startups of the
 /// exact key (and so of the same cache state): `max(STALL_MULTIPLE × gap, floor)`. Empty below
 /// `MIN_STARTUPS` good startups or for a nearest (not exact) match: a cold start is never judged by
-/// limits learned from warm ones.
+/// limits learned from warm ones. Every phase the good startups went through is learned (issue #36: a
+/// stall in a phase the history has seen gets its learned limit): where a startup measured no silent gap in
+/// it (a phase left by a probe's answer, not a line), the whole time it spent there stands for it, the
+/// longest a gap in it can have been.
 pub fn learned_stalls(m: &Matched, floor_ms: u64) -> BTreeMap<Phase, u64> {
     let mut out = BTreeMap::new();
     if !m.exact() {
@@ -316,7 +319,7 @@ pub fn learned_stalls(m: &Matched, floor_ms: u64) -> BTreeMap<Phase, u64> {
             continue;
         }
         // every good startup must have been through the phase: a phase seen once is not learned
-        let gaps: Vec<u64> = good.iter().filter_map(|s| s.gaps.get(&p).copied()).collect();
+        let gaps: Vec<u64> = good.iter().filter_map(|s| s.gaps.get(&p).or(s.phases.get(&p)).copied()).collect();
         if gaps.len() < MIN_STARTUPS {
             continue;
         }
@@ -413,6 +416,24 @@ mod tests {
         let exact = match_key(&warm, &past).unwrap();
         assert_eq!(learned_stalls(&exact, 1000)[&Phase::Weights], 1500);
         assert_eq!(learned_stalls(&exact, 60_000)[&Phase::Weights], 60_000);
+    }
+
+    /// issue #36: a phase the good startups went through but measured no silent gap in (llama-server's
+    /// `http`, left by the probe's answer) is learned too, from the time spent in it.
+    #[test]
+    fn a_phase_seen_without_a_gap_is_learned_from_its_duration() {
+        let k = key(false);
+        let mut past = vec![st(&k, Verdict::Ready, 1000, 500); 3];
+        for (i, s) in past.iter_mut().enumerate() {
+            s.phases.insert(Phase::Http, 100 + i as u64 * 100);
+        }
+        let m = match_key(&k, &past).unwrap();
+        let l = learned_stalls(&m, 0);
+        assert_eq!((l[&Phase::Weights], l[&Phase::Http]), (1500, 900), "{l:?}");
+        assert!(!l.contains_key(&Phase::CudaGraphs), "a phase never seen is not learned");
+        // seen in fewer good startups than needed: not learned
+        past[0].phases.remove(&Phase::Http);
+        assert!(!learned_stalls(&match_key(&k, &past).unwrap(), 0).contains_key(&Phase::Http));
     }
 
     #[test]

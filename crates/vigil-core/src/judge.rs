@@ -984,6 +984,13 @@ impl Judge {
         !fatal && x.orderly_after_ready(self.shutdown)
     }
 
+    /// Whether an exit ends the watch in order rather than as a verdict: a stop that was asked for
+    /// (`requested`: `vigil down`) at any stage (before ready it calls the start off: no crash, issue #36), or,
+    /// after ready (`ready`), an exit [`Judge::exit_is_orderly`] calls orderly.
+    pub fn exit_ends_in_order(&self, x: &ExitInfo, requested: bool, ready: bool) -> bool {
+        requested || (ready && self.exit_is_orderly(x, false))
+    }
+
     fn on_exit(&mut self, x: ExitInfo, ev: &mut Vec<Event>) {
         self.exit = Some(x.clone());
         // judged before the open block is taken: a clean status after a fatal block is no orderly stop

@@ -25,6 +25,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v * mult))
 }
 
+/// A duration that must be above zero: a deadline, an interval, a timeout (0 would fire at once, or spin).
+pub fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err(format!("'{s}': must be above zero (e.g. 500ms, 90s, 5m)"));
+    }
+    Ok(d)
+}
+
 /// One `--stall` flag, parsed when the command line is (so a bad one stops before any launch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stall {
@@ -33,8 +42,17 @@ pub struct Stall {
     pub ms: u64,
 }
 
-/// `--stall DUR` (every phase) or `--stall PHASE=DUR`: clap's value parser.
+/// `--stall DUR` (every phase) or `--stall PHASE=DUR`: clap's value parser. A limit of 0 is refused: it
+/// would call a healthy server stalled at its first silent millisecond.
 pub fn parse_stall(s: &str) -> Result<Stall, String> {
+    let st = stall_of(s)?;
+    if st.ms == 0 {
+        return Err(format!("'{s}': a stall limit must be above zero (0 calls every server stalled at once)"));
+    }
+    Ok(st)
+}
+
+fn stall_of(s: &str) -> Result<Stall, String> {
     match s.split_once('=') {
         Some((p, d)) => {
             let phase = Phase::parse(p.trim()).ok_or_else(|| {
@@ -69,5 +87,18 @@ mod tests {
         assert_eq!(p, vec![(Phase::CudaGraphs, 600_000)]);
         assert!(parse_stall("bogus=1s").is_err());
         assert!(parse_stall("weights=soon").is_err());
+    }
+
+    /// issue #36: `--stall 0s` stopped a healthy server in 0.43 s; a zero deadline or interval makes no sense.
+    #[test]
+    fn zero_is_refused_where_it_makes_no_sense() {
+        for s in ["0s", "0", "weights=0s", "0.0001s", "http=0ms"] {
+            let e = parse_stall(s).unwrap_err();
+            assert!(e.contains("above zero"), "{s}: {e}");
+        }
+        assert_eq!(parse_stall("1ms").unwrap().ms, 1);
+        assert!(parse_nonzero_duration("0s").unwrap_err().contains("above zero"));
+        assert_eq!(parse_nonzero_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO, "a grace of 0 still means kill at once");
     }
 }

@@ -208,6 +208,9 @@ pub struct ProofConfig {
     pub spec_log: Option<Regex>,
     /// Give up proving after this long: `unhealthy`.
     pub timeout_ms: u64,
+    /// `--timeout`, on the watch's clock: the startup, proof included, has a verdict by then (`timeout` when
+    /// the proof has not finished).
+    pub deadline_ms: Option<u64>,
     /// A failed attempt is retried after this long.
     pub retry_ms: u64,
     /// Keep watching after ready.
@@ -222,6 +225,7 @@ impl Default for ProofConfig {
             no_drafts_degraded: true,
             spec_log: None,
             timeout_ms: 120_000,
+            deadline_ms: None,
             retry_ms: 1000,
             watch: false,
         }
@@ -263,6 +267,8 @@ pub enum Step {
     Ready { report: Box<Report>, watching: bool },
     /// Health answers but generation never worked within the budget.
     Unhealthy(Box<Report>),
+    /// `--timeout` passed while proving: the startup's deadline holds for the proof too.
+    Timeout(Box<Report>),
     /// While watching: the generation probe's outcome, a probe fact for the judge.
     Probe(ProbeOutcome),
 }
@@ -334,8 +340,47 @@ impl Proof {
         Step::Ready { report: Box::new(r), watching: self.cfg.watch }
     }
 
+    /// How long the next generation attempt may take at `at`: `budget`, cut to what is left before
+    /// `--timeout` (at least 1 ms).
+    pub fn attempt_ms(&self, at: u64, budget: u64) -> u64 {
+        match self.cfg.deadline_ms {
+            Some(d) => budget.min(d.saturating_sub(at)).max(1),
+            None => budget,
+        }
+    }
+
+    /// Time passes: past `--timeout` while proving, the verdict is `timeout` (the proof never outlasts the
+    /// startup's deadline); otherwise nothing.
+    pub fn tick(&mut self, at: u64) -> Step {
+        let (Stage::Proving { since, report }, Some(d)) = (&self.stage, self.cfg.deadline_ms) else {
+            return Step::Wait;
+        };
+        if at < d {
+            return Step::Wait;
+        }
+        let mut r = (**report).clone();
+        r.verdict = Verdict::Timeout;
+        r.detail = Some(format!(
+            "--timeout {} passed while proving generation: health answers, and no completion came back in {}",
+            fmt_ms(d),
+            fmt_ms(at.saturating_sub(*since))
+        ));
+        r.hint = Some(
+            "the HTTP side is up but no completion finished in time: read the server log, try the completion by hand, or raise --timeout"
+                .into(),
+        );
+        self.stage = Stage::Watching;
+        Step::Timeout(Box::new(r))
+    }
+
     /// A generation attempt came back at `at`.
     pub fn generation(&mut self, at: u64, g: &Generation, log_degraded: Option<&str>) -> Step {
+        // a failed attempt that came back past --timeout: the startup's deadline decides
+        if !g.ok {
+            if let Step::Timeout(r) = self.tick(at) {
+                return Step::Timeout(r);
+            }
+        }
         match &self.stage {
             Stage::Starting => Step::Wait,
             Stage::Watching => Step::Probe(if g.ok { ProbeOutcome::Ok } else { ProbeOutcome::Error }),
@@ -520,6 +565,26 @@ mod tests {
         let Step::Unhealthy(r) = p.generation(6000, &gen(false, None), None) else { panic!() };
         assert_eq!(r.verdict, Verdict::Unhealthy);
         assert!(r.detail.unwrap().contains("generation fails for 5.0s: HTTP 503: loading (/completion)"));
+    }
+
+    /// issue #36: `--timeout` bounds the proof too: an attempt gets at most what is left of it, and past it
+    /// the verdict is `timeout`, long before the proof's own budget would say `unhealthy`.
+    #[test]
+    fn the_startup_deadline_bounds_the_proof() {
+        let mut p = Proof::new(ProofConfig { deadline_ms: Some(15_000), ..ProofConfig::default() });
+        assert_eq!(p.tick(14_000), Step::Wait, "not proving yet");
+        p.judge_ready(1000, ready_report(), None);
+        assert_eq!(p.attempt_ms(1000, 30_000), 14_000);
+        assert_eq!(p.attempt_ms(20_000, 30_000), 1);
+        assert_eq!(p.tick(14_999), Step::Wait);
+        let Step::Timeout(r) = p.tick(15_000) else { panic!() };
+        assert_eq!(r.verdict, Verdict::Timeout);
+        assert!(r.detail.unwrap().contains("passed while proving generation"));
+        assert!(p.watching(), "one verdict");
+        // an attempt that fails after the deadline: timeout, not a retry
+        let mut p = Proof::new(ProofConfig { deadline_ms: Some(15_000), ..ProofConfig::default() });
+        p.judge_ready(1000, ready_report(), None);
+        assert!(matches!(p.generation(16_000, &gen(false, None), None), Step::Timeout(_)));
     }
 
     #[test]

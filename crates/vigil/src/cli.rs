@@ -5,7 +5,7 @@ use crate::help;
 use crate::sinks::metrics;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-pub use vigil_core::limits::{parse_duration, parse_stall, Stall};
+pub use vigil_core::limits::{parse_duration, parse_nonzero_duration, parse_stall, Stall};
 
 #[derive(Parser)]
 #[command(
@@ -127,7 +127,7 @@ pub(crate) enum Cmd {
         #[arg(long, help_heading = help::PROBING)]
         generate: bool,
         /// Time for the whole check, probe and completion included; past it: not ready.
-        #[arg(long, default_value = "5s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROBING)]
+        #[arg(long, default_value = "5s", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROBING)]
         timeout: std::time::Duration,
         /// Server kind (sglang, vllm, llama-cpp, tgi, generic; default: the run's, else detected from the log).
         #[arg(long, value_name = "KIND", help_heading = help::TARGET)]
@@ -178,7 +178,7 @@ pub(crate) enum Cmd {
         /// A server tree vigil did not start (see `vigil ps`).
         #[arg(long)]
         pid: Option<i32>,
-        /// Time between SIGTERM and SIGKILL.
+        /// Time between SIGTERM and SIGKILL (0: SIGKILL at once; Ctrl-C during it kills at once).
         #[arg(long, default_value = "10s", value_name = "DUR", value_parser = parse_duration)]
         grace: std::time::Duration,
         /// JSON lines: the signals sent, the stop report, GPU memory released.
@@ -303,14 +303,14 @@ pub(crate) struct WaitFlags {
     /// Server kind (default: detected from the log).
     #[arg(long, value_name = "KIND", help_heading = help::TARGET)]
     pub(crate) server: Option<String>,
-    /// Overall deadline (exit 5 if still progressing then).
-    #[arg(long, default_value = "2h", value_name = "DUR", value_parser = parse_duration, help_heading = help::LIMITS)]
+    /// Overall deadline, the generation proof included (exit 5 if still progressing then).
+    #[arg(long, default_value = "2h", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::LIMITS)]
     pub(crate) timeout: std::time::Duration,
     /// Probe interval once the port may be open.
-    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROBING)]
+    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROBING)]
     pub(crate) interval: std::time::Duration,
     /// Probe timeout (default from the profile: SGLang 25s, others 5-10s).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = help::PROBING)]
+    #[arg(long, value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROBING)]
     pub(crate) probe_timeout: Option<std::time::Duration>,
     /// Environment variable holding the API key (sent as a bearer token, never printed).
     #[arg(long, value_name = "VAR", help_heading = help::PROBING)]
@@ -320,7 +320,7 @@ pub(crate) struct WaitFlags {
     /// Alive with no progress (no progress line in the log, no change in GPU memory) for this long:
     /// `stalled`, exit 4. Phases: launch, dist_init, weights, draft_weights, kv_cache, compile,
     /// cuda_graphs, draft_cuda_graphs, http, warmup, serving. Defaults: http 2m; launch, kv_cache and
-    /// serving 5m; compile 15m; the others 10m.
+    /// serving 5m; compile 15m; the others 10m. A limit must be above zero.
     #[arg(long, value_name = "[PHASE=]DUR", value_parser = parse_stall, help_heading = help::LIMITS)]
     pub(crate) stall: Vec<Stall>,
     /// JSON lines on stdout, one event a line (schema: docs/events.md).
@@ -354,16 +354,16 @@ pub(crate) struct ProofFlags {
     #[arg(long, help_heading = help::PROOF)]
     pub(crate) no_generate: bool,
     /// Give up proving generation after this long (verdict unhealthy).
-    #[arg(long, default_value = "120s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
+    #[arg(long, default_value = "120s", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROOF)]
     pub(crate) generate_timeout: std::time::Duration,
     /// Keep watching after ready (health and generation probes, the log, the process).
     #[arg(long, help_heading = help::PROOF)]
     pub(crate) watch: bool,
     /// Watch: probes failing this long give `unhealthy`.
-    #[arg(long, default_value = "30s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
+    #[arg(long, default_value = "30s", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROOF)]
     pub(crate) unhealthy_after: std::time::Duration,
     /// Watch: one generation probe this often.
-    #[arg(long, default_value = "60s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
+    #[arg(long, default_value = "60s", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROOF)]
     pub(crate) generate_every: std::time::Duration,
     /// Serve Prometheus metrics on PORT or HOST:PORT (loopback by default).
     #[arg(long, value_name = "ADDR", value_parser = metrics::parse_addr, help_heading = help::OUTPUT)]
@@ -372,10 +372,10 @@ pub(crate) struct ProofFlags {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub(crate) metrics_linger: std::time::Duration,
     /// GPU sampling interval (NVML or nvidia-smi; off when neither exists).
-    #[arg(long, default_value = "2s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
+    #[arg(long, default_value = "2s", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROOF)]
     pub(crate) gpu_interval: std::time::Duration,
     /// Health probe timeout while watching (default from the profile).
-    #[arg(long = "watch-probe-timeout", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROOF)]
+    #[arg(long = "watch-probe-timeout", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROOF)]
     pub(crate) watch_probe_timeout: Option<std::time::Duration>,
     /// A stalled server (or a crashed one whose processes linger, or one whose engine died): after its
     /// evidence is saved, `stop` its process tree and prove the port and GPU memory free, or `keep` it.
@@ -415,14 +415,14 @@ pub(crate) struct UpFlags {
     #[arg(long, default_value = "10s", value_name = "DUR", value_parser = parse_duration, help_heading = help::SUPERVISION)]
     pub(crate) grace: std::time::Duration,
     /// Overall deadline for the startup (exit 5 if still progressing then; the server keeps running).
-    #[arg(long, default_value = "2h", value_name = "DUR", value_parser = parse_duration, help_heading = help::LIMITS)]
+    #[arg(long, default_value = "2h", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::LIMITS)]
     pub(crate) timeout: std::time::Duration,
     /// Stall limit: DUR for every phase, or PHASE=DUR (repeatable).
     ///
     /// Alive with no progress (no progress line in the log, no change in GPU memory) for this long:
     /// `stalled`, exit 4. Phases: launch, dist_init, weights, draft_weights, kv_cache, compile,
     /// cuda_graphs, draft_cuda_graphs, http, warmup, serving. Defaults: http 2m; launch, kv_cache and
-    /// serving 5m; compile 15m; the others 10m.
+    /// serving 5m; compile 15m; the others 10m. A limit must be above zero.
     #[arg(long, value_name = "[PHASE=]DUR", value_parser = parse_stall, help_heading = help::LIMITS)]
     pub(crate) stall: Vec<Stall>,
     /// Rotate the run log at this size (bytes, or with a suffix k, m, g).
@@ -435,7 +435,7 @@ pub(crate) struct UpFlags {
     #[arg(long, help_heading = help::PROBING)]
     pub(crate) no_probe: bool,
     /// Probe interval once the port may be open.
-    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = parse_duration, help_heading = help::PROBING)]
+    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROBING)]
     pub(crate) interval: std::time::Duration,
     /// Rotated run logs kept (server.log.1 … .N).
     #[arg(long, value_name = "N", default_value_t = 3, help_heading = help::SUPERVISION)]
@@ -472,7 +472,7 @@ pub(crate) struct GroupFlags {
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..), help_heading = help::SLURM)]
     pub(crate) rendezvous_port: Option<u16>,
     /// How long the head waits for every rank to report in, and a rank to reach the head.
-    #[arg(long, default_value = "5m", value_name = "DUR", value_parser = parse_duration, help_heading = help::SLURM)]
+    #[arg(long, default_value = "5m", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::SLURM)]
     pub(crate) join_timeout: std::time::Duration,
 }
 

@@ -18,6 +18,7 @@ mod sources;
 mod state;
 mod supervise;
 use signals::install_interrupt_handlers;
+use sinks::report::printable;
 
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};
@@ -43,19 +44,29 @@ fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, CliError> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // a bad value (a duration, a stall limit) is one line, like every other usage error
+        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid value");
+            eprintln!("vigil: {}", first.strip_prefix("error: ").map_or(first.to_string(), |m| format!("error: {m}")));
+            std::process::exit(Exit::Usage.code());
+        }
+        Err(e) => e.exit(),
+    };
     let code = match run(cli) {
         Ok(c) => c,
         Err(CliError::Usage(m)) => {
-            eprintln!("vigil: error: {m}");
+            eprintln!("vigil: error: {}", printable(&m));
             Exit::Usage
         }
         Err(CliError::Internal(m)) => {
-            eprintln!("vigil: internal error: {m}");
+            eprintln!("vigil: internal error: {}", printable(&m));
             Exit::Internal
         }
         Err(CliError::Unreachable(m)) => {
-            eprintln!("vigil: error: {m}");
+            eprintln!("vigil: error: {}", printable(&m));
             Exit::Unreachable
         }
     };
@@ -81,8 +92,14 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         install_interrupt_handlers();
     }
     let rf = &cli.remote;
-    // `down` on this machine reads no profile: a broken profile never blocks a stop
+    // `down` on this machine uses no profile: a broken profile never blocks a stop (it is said, as by every
+    // command that does not need the profiles)
     if rf.host.is_none() && rf.hosts.is_none() && rf.hosts_file.is_none() {
+        if matches!(cli.cmd, Cmd::Down { .. }) {
+            if let Err(CliError::Usage(m)) = load_profiles(&cli.profiles) {
+                eprintln!("vigil: warning: {}; going on with the built-in profiles", printable(&m));
+            }
+        }
         match cli.cmd {
             Cmd::Down { pid: Some(pid), grace, json, .. } => return node::up::down_pid(pid, grace, json),
             Cmd::Down { names, all, pid: None, grace, json } => {
@@ -91,7 +108,16 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             _ => {}
         }
     }
-    let profiles = load_profiles(&cli.profiles)?;
+    let profiles = match load_profiles(&cli.profiles) {
+        Ok(p) => p,
+        // A broken user profile blocks only the commands that judge a server by the profiles; the others
+        // (status, down, ps, logs, dump, gpu, history) go on with the built-in ones and say so.
+        Err(CliError::Usage(m)) if !needs_profiles(&cli.cmd) => {
+            eprintln!("vigil: warning: {}; going on with the built-in profiles", printable(&m));
+            vigil_core::Profiles::builtin()
+        }
+        Err(e) => return Err(e),
+    };
     if rf.connect_timeout.is_zero() {
         return Err(CliError::usage("--connect-timeout must be above zero"));
     }
@@ -183,6 +209,22 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
             sinks::tables::profiles(&profiles);
             Ok(Exit::Ready)
         }
+    }
+}
+
+/// Whether a command cannot do its work without the user's profiles as written (it launches, watches,
+/// checks or diagnoses a server by them, or lists them): a profile error is then the command's error; every
+/// other command treats it as a warning.
+fn needs_profiles(cmd: &Cmd) -> bool {
+    match cmd {
+        Cmd::Status { .. }
+        | Cmd::Down { .. }
+        | Cmd::Ps { .. }
+        | Cmd::Logs { .. }
+        | Cmd::Dump { .. }
+        | Cmd::Gpu { .. } => false,
+        Cmd::History { sub, .. } => sub.is_some(),
+        _ => true,
     }
 }
 

@@ -226,26 +226,45 @@ fn e2e_history_changed_model_config_is_listed() {
 
 /// After three good starts, a start stopped (SIGSTOP) as it is launched is stalled at the limit learned
 /// from them (3 × the longest silent gap, here the 2 s floor), not at the 300/600 s defaults.
+///
+/// The moment of the stop is made certain (issue #36: a SIGSTOP sent from here landed in `http` one day in
+/// three runs, where the server had got by then): the server is started through `sh`, which stops itself
+/// before it execs the server when a marker file exists, so the fourth start is silent in `launch` from its
+/// first moment. The command line is the same for all four starts (the marker is an argument), so the history
+/// key is too. That a stall in any phase the good starts went through (`http` included) gets its learned
+/// limit is the core's `a_phase_seen_without_a_gap_is_learned_from_its_duration`.
 #[test]
 fn e2e_history_learned_stall_limit_fires() {
     let Some(e) = env() else { return };
     let d = TempDir::new("hist-stall");
     let port = free_port();
-    let cmd = tiny_cmd(&e, &e.models.join("tiny.gguf"), port);
+    let marker = d.path("stop-before-exec");
+    let mut cmd: Vec<String> = vec!["sh".into(), "-c".into(), "[ -e \"$0\" ] && kill -STOP $$; exec \"$@\"".into()];
+    cmd.push(marker.display().to_string());
+    cmd.extend(tiny_cmd(&e, &e.models.join("tiny.gguf"), port));
+    let up = |state: &Path| {
+        let mut c = v(state);
+        c.args(["up", "--name", "s", "--server", "llama-cpp", "--no-check", "--grace", "1s", "--detach", "--json"]);
+        c.arg("--").args(&cmd);
+        c
+    };
     for _ in 0..3 {
-        assert_eq!(start_and_stop(&d.0, "s", &cmd, 0)["verdict"], "ready");
+        let o = run_bounded(up(&d.0), T);
+        let lines = json_lines(&o);
+        assert_eq!(verdict(&lines)["verdict"], "ready", "{lines:?}");
+        let mut c = v(&d.0);
+        c.args(["down", "s"]);
+        assert_eq!(run_bounded(c, T).status.code(), Some(0));
     }
-    let mut c = v(&d.0);
+    std::fs::write(&marker, "").unwrap();
+    let mut c = up(&d.0);
     c.env("VIGIL_STALL_FLOOR", "2s");
-    c.args(["up", "--name", "s", "--detach", "--json", "--"]).args(&cmd);
     let (mut child, events) = spawn_json(c);
-    let (mut server, mut stopped_at, mut lines) = (0, None, Vec::new());
+    let (mut server, mut launched_at, mut lines) = (0, None, Vec::new());
     for j in events {
-        // stopped as soon as it is launched: silent in its launch phase from the first moment
         if j["event"] == "launched" {
             server = j["pid"].as_i64().unwrap() as i32;
-            signal(server, libc::SIGSTOP);
-            stopped_at = Some(j["t_ms"].as_u64().unwrap());
+            launched_at = Some(j["t_ms"].as_u64().unwrap());
         }
         lines.push(j);
     }
@@ -254,12 +273,12 @@ fn e2e_history_learned_stall_limit_fires() {
     let r = verdict(&lines).clone();
     assert_eq!(status.code(), Some(4), "{r}");
     assert_eq!(r["verdict"], "stalled", "{r}");
-    // the stop lands before or just after its `loading model` line, both learned phases
-    assert!(r["phase"] == "launch" || r["phase"] == "weights", "{r}");
+    assert_eq!(r["phase"], "launch", "the server stopped itself before its first line: {r}");
     let detail = r["detail"].as_str().unwrap();
-    assert!(detail.contains("stall limit 2.0s") && detail.contains("learned"), "{detail}");
+    // the 2 s floor, or 3 × a launch that was slower than 667 ms on a loaded machine: learned either way
+    assert!(detail.contains("stall limit ") && detail.contains("(learned"), "{detail}");
     let at = r["t_ms"].as_u64().unwrap();
-    let from = stopped_at.unwrap();
+    let from = launched_at.unwrap();
     assert!(at + 1 >= from + 2000, "stalled at {at} ms, before {from} + 2000");
     assert!(at < from + 20_000, "stalled at {at} ms: not the learned limit");
     assert!(

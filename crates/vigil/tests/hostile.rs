@@ -375,13 +375,13 @@ fn e2e_signals_to_vigil_in_each_state() {
     signal(child.id() as i32, libc::SIGTERM);
     assert_eq!(wait_bounded(&mut child, T).code(), Some(130));
     assert!(all_dead(&d.0, "b"));
-    // (c) after ready, in the foreground: SIGINT stops the server
+    // (c) after ready, in the foreground: SIGINT stops the server, exit 130 (the README's table)
     let d = TempDir::new("sig-c");
     let c = up(&d.0, &["--name", "c", "--json"], &tiny(&e, &e.models.join("tiny.gguf")));
     let (mut child, mut events) = spawn_json(c);
     while events.next().expect("vigil ended early")["verdict"] != "ready" {}
     signal(child.id() as i32, libc::SIGINT);
-    assert_eq!(wait_bounded(&mut child, T).code(), Some(0));
+    assert_eq!(wait_bounded(&mut child, T).code(), Some(130));
     assert!(all_dead(&d.0, "c"));
     // (d) during down: one SIGINT does not abandon the stop
     let d = TempDir::new("sig-d");

@@ -119,13 +119,36 @@ impl Job {
         wait_bounded(&mut self.sbatch.0, T);
     }
 
-    fn text(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
+    /// The output file of task (node rank) `t`: the doc's script gives each its own (`--output`).
+    fn task_out(&self, t: usize) -> PathBuf {
+        self.dir.join(format!("vigil-{}.{t}.out", self.id))
     }
 
-    /// The JSON lines of every node's vigil in the job's output (srun's own lines are not JSON).
+    /// The job's output, then each task's: everything Slurm, the script and every vigil wrote.
+    fn text(&self) -> String {
+        let mut s = std::fs::read_to_string(&self.out).unwrap_or_default();
+        for t in 0..2 {
+            s.push_str(&std::fs::read_to_string(self.task_out(t)).unwrap_or_default());
+        }
+        s
+    }
+
+    /// Waits (bounded) until the job's output or a task's has `needle`. Polls the files: the text is the event.
+    fn wait_for(&self, needle: &str, deadline: Duration) -> bool {
+        poll_until(deadline, Duration::from_millis(5), || self.text().contains(needle))
+    }
+
+    /// The JSON lines of every node's vigil, each read from its own task's file, where every line is
+    /// whole: a line that is not JSON there is a failure (srun's own lines are in the job's output).
     fn events(&self) -> Vec<serde_json::Value> {
-        self.text().lines().filter(|l| l.starts_with('{')).filter_map(|l| serde_json::from_str(l).ok()).collect()
+        let mut v = Vec::new();
+        for t in 0..2 {
+            let text = std::fs::read_to_string(self.task_out(t)).unwrap_or_default();
+            for l in text.lines().filter(|l| l.starts_with('{')) {
+                v.push(serde_json::from_str(l).unwrap_or_else(|e| panic!("task {t}: a broken JSON line ({e}): {l}")));
+            }
+        }
+        v
     }
 
     fn state(&self) -> String {
@@ -250,9 +273,9 @@ fn e2e_slurm_good_start_two_nodes_then_the_steps_end_stops_both() {
     let Some((e, conf, d)) = two_nodes("slurm-ok", Second::Good) else { return };
     // the rendezvous port derived from the job id (no --rendezvous-port)
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", "--json --no-check");
-    assert!(wait_for_text(&job.out, "\"multi_node_verdict\"", T), "no combined verdict:\n{}", job.text());
+    assert!(job.wait_for("\"multi_node_verdict\"", T), "no combined verdict:\n{}", job.text());
     // the head's serving note follows the table (it is printed by the same vigil)
-    assert!(wait_for_text(&job.out, "serving on all 2 nodes", Duration::from_secs(10)), "{}", job.text());
+    assert!(job.wait_for("serving on all 2 nodes", Duration::from_secs(10)), "{}", job.text());
     let ev = job.events();
     for r in 0..2u64 {
         let v = by_rank(&ev, "verdict", r).unwrap_or_else(|| panic!("no verdict from rank {r}:\n{}", job.text()));
@@ -403,7 +426,7 @@ fn vigils_of(dir: &Path) -> Vec<(i32, String)> {
 fn e2e_slurm_vigil_lost_after_ready_the_head_ends_the_step() {
     let Some((e, conf, d)) = two_nodes("slurm-lost-ready", Second::Good) else { return };
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", "--json --no-check");
-    assert!(wait_for_text(&job.out, "serving on all 2 nodes", T), "not ready:\n{}", job.text());
+    assert!(job.wait_for("serving on all 2 nodes", T), "not ready:\n{}", job.text());
     let ports = server_ports(&job);
     assert!(ports.iter().all(|p| completes(*p)), "both serve before");
     kill_rank1_vigil(&d, &mut job);
@@ -467,8 +490,8 @@ fn e2e_slurm_vigil_lost_while_starting_the_head_ends_the_step() {
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", "--json --no-check");
     // the events: rank 1 reported in at the head, and reports its weights phase (its server blocks opening
     // the model)
-    assert!(wait_for_text(&job.out, "rank 1 (n2) reported in", T), "{}", job.text());
-    assert!(wait_for_text(&job.out, "\"host\":\"n2\",\"phase\":\"weights\"", T), "{}", job.text());
+    assert!(job.wait_for("rank 1 (n2) reported in", T), "{}", job.text());
+    assert!(job.wait_for("\"host\":\"n2\",\"phase\":\"weights\"", T), "{}", job.text());
     kill_rank1_vigil(&d, &mut job);
     let ev = job.events();
     let text = job.text();

@@ -252,7 +252,7 @@ pub async fn up(
                 return Ok(Exit::Crashed);
             }
             if x.orderly_after_ready(end.requested) {
-                let how = crate::node::up::stopped_how(x, end.requested);
+                let how = crate::node::up::stopped_how(x, end.requested, None);
                 let ev = WatchEvent::Stopped { how: &how, exit_code: x.code, signal: x.signal, requested: end.requested };
                 rep.emit(None, &ev);
                 return Ok(Exit::Ready);
@@ -261,8 +261,11 @@ pub async fn up(
             return Ok(Exit::Crashed);
         }
     }
+    // Ctrl-C after ready is an interrupt (130, as under --watch and in the README's table); SIGTERM (a service
+    // manager's stop) is an orderly stop (0)
+    let code = if crate::signals::last_interrupt_was_sigterm() { Exit::Ready } else { Exit::Interrupted };
     let ok = node.stop(&name, a.launch.grace, &mut rep).await?;
-    Ok(if ok { Exit::Ready } else { Exit::NotStopped })
+    Ok(if ok { code } else { Exit::NotStopped })
 }
 
 /// `vigil restart NAME`: stops the run and launches its recorded command again (detached).

@@ -3,7 +3,7 @@
 
 use crate::error::CliError;
 use crate::exit::Exit;
-use crate::sinks::report::{is_tty, out_line};
+use crate::sinks::report::{is_tty, out_line, out_raw};
 use crate::sinks::timeline::{svg, text, Picture};
 use crate::sources::history::{read_log, Store};
 use std::collections::BTreeMap;
@@ -46,8 +46,9 @@ pub fn run(target: &str, svg_out: Option<&Path>, profiles: &Profiles) -> Result<
     }
     let tty = is_tty(1);
     let color = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // the drawing's own colours; its text (phase and rank names) is vigil's
     for l in text(&pic, if tty { 120 } else { 100 }, color) {
-        out_line(&l);
+        out_raw(&l);
     }
     Ok(Exit::Ready)
 }

@@ -661,11 +661,20 @@ pub async fn follow_log(w: RemoteWatch, tx: UnboundedSender<SourceMsg>) {
         let off = w.bytes.load(Ordering::SeqCst);
         if let Ok(mut child) = w.conn.spawn(&tail_script(&w.conn, &w.name, off)).await {
             let mut out = child.stdout.take().unwrap();
-            while let Some(n) = crate::sources::follow::read_live(&mut out, &mut buf, &mut split, &tx).await {
-                split.push(&buf[..n], &mut |l| {
-                    let _ = tx.send(SourceMsg::Line(l));
-                });
-                w.bytes.fetch_add(n as u64, Ordering::SeqCst);
+            use crate::sources::follow::{read_live, Got};
+            loop {
+                match read_live(&mut out, &mut buf, &mut split).await {
+                    Got::Data(n) => {
+                        split.push(&buf[..n], &mut |l| {
+                            let _ = tx.send(SourceMsg::Line(l));
+                        });
+                        w.bytes.fetch_add(n as u64, Ordering::SeqCst);
+                    }
+                    Got::Redraw(l) => {
+                        let _ = tx.send(SourceMsg::Line(l));
+                    }
+                    Got::End => break,
+                }
             }
             let _ = child.kill().await;
         }

@@ -9,6 +9,8 @@ use crate::sources::follow::{arg_value, cmdline};
 use crate::sources::procs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vigil_core::judge::fmt_ms;
 use vigil_core::{Profiles, Verdict};
@@ -55,10 +57,14 @@ pub fn exit_how(code: Option<i32>, signal: Option<i32>) -> String {
     }
 }
 
-/// What the `stopped` event says of an orderly end after ready (`requested`: `vigil down` asked for it).
-pub fn stopped_how(x: &vigil_core::judge::ExitInfo, requested: bool) -> String {
+/// What the `stopped` event says of an orderly end (`requested`: `vigil down` asked for it), after ready or
+/// (`before`: the phase it was in) during the start.
+pub fn stopped_how(x: &vigil_core::judge::ExitInfo, requested: bool, before: Option<vigil_core::Phase>) -> String {
     let by = if requested { " (stopped by vigil down)" } else { "" };
-    format!("the server {} after ready{by}", exit_how(x.code, x.signal))
+    match before {
+        Some(p) => format!("the server {} before ready, in {p}{by}", exit_how(x.code, x.signal)),
+        None => format!("the server {} after ready{by}", exit_how(x.code, x.signal)),
+    }
 }
 
 /// A run's state for `status`: the last verdict vigil reached for it (`recorded`, from its
@@ -469,6 +475,8 @@ pub async fn stop_run(dir: &Path, grace: Duration, rep: &mut Reporter) -> Result
     let grace_ms = grace.as_millis().min(i32::MAX as u128) as i32;
     let gpu_before = now.server.and_then(|s| crate::sources::gpu::before_stop(s, &before));
     let keeper = now.keeper.clone().filter(|k| k.signal(libc::SIGTERM, Some(grace_ms)));
+    // Ctrl-C during the grace kills at once: seen by whichever tree's stop takes it, acted on by all
+    let interrupted = Arc::new(AtomicBool::new(false));
     if keeper.is_none() {
         // the keeper is gone: the run's processes (found by their mark) are stopped here, each tree at once
         let roots: Vec<i32> =
@@ -476,12 +484,17 @@ pub async fn stop_run(dir: &Path, grace: Duration, rep: &mut Reporter) -> Result
         let mut tasks = Vec::new();
         for r in roots {
             let d = dir.to_path_buf();
-            tasks.push(tokio::spawn(procs::stop_tree_async(r, true, grace, move |sig, pids| {
-                run::append_event(
-                    &d,
-                    RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value(),
-                );
-            })));
+            let int = interrupted.clone();
+            let kill_now = move || {
+                if !int.load(Ordering::SeqCst) && crate::signals::take_interrupt() {
+                    int.store(true, Ordering::SeqCst);
+                }
+                int.load(Ordering::SeqCst)
+            };
+            let on_event = move |sig: &str, pids: &[i32]| {
+                run::append_event(&d, RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value());
+            };
+            tasks.push(tokio::spawn(procs::stop_tree_async(r, true, grace, on_event, kill_now)));
         }
         for t in tasks {
             if let Ok(r) = t.await {
@@ -494,6 +507,7 @@ pub async fn stop_run(dir: &Path, grace: Duration, rep: &mut Reporter) -> Result
     // Wait until every process is gone: grace + time for SIGKILL to land. A second Ctrl-C kills at once.
     let deadline = t0 + grace + Duration::from_secs(10);
     let mut killed_now = false;
+    let mut killed_logged = false;
     loop {
         let mut live: Vec<i32> = before.iter().copied().filter(|p| procs::alive(*p)).collect();
         if let Some(k) = keeper.as_ref().filter(|k| k.is_live()) {
@@ -511,12 +525,27 @@ pub async fn stop_run(dir: &Path, grace: Duration, rep: &mut Reporter) -> Result
             }
             return Ok(live);
         }
-        if !killed_now && crate::signals::take_interrupt() {
+        if !killed_now && (interrupted.load(Ordering::SeqCst) || crate::signals::take_interrupt()) {
             killed_now = true;
             if let Some(k) = &keeper {
                 k.signal(libc::SIGUSR1, None);
             }
-            rep.note(t0.elapsed().as_millis() as u64, "second interrupt: killing at once");
+            rep.note(t0.elapsed().as_millis() as u64, "interrupted during the stop's grace: killing at once");
+        }
+        if killed_now {
+            // The keeper carries out one stop at a time: inside the grace of the first it sees SIGUSR1 only
+            // after it. The run's processes are killed from here too: the keeper's descendants and the
+            // processes found at the start (its tree, or those carrying the run's mark), ours only, never the
+            // keeper itself (it records the end when its tree is gone).
+            let kpid = keeper.as_ref().map(|k| k.pid);
+            let mut tree: Vec<i32> = live.iter().copied().filter(|p| Some(*p) != kpid && procs::ours(*p)).collect();
+            tree.sort();
+            tree.dedup();
+            let killed: Vec<i32> = tree.into_iter().filter(|p| procs::signal(*p, libc::SIGKILL)).collect();
+            if !killed.is_empty() && !std::mem::replace(&mut killed_logged, true) {
+                let ev = RunEvent::Signal { signal: "SIGKILL", pids: &killed, t_unix_ms: crate::state::now_ms() };
+                run::append_event(dir, ev.to_value());
+            }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -619,9 +648,14 @@ pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<Exit, CliError> {
     let mut tree = vec![p];
     tree.extend(procs::descendants(p));
     let gpu_before = crate::sources::gpu::before_stop(p, &tree);
-    let r = procs::stop_tree(p, true, grace, &mut |sig, pids| {
-        rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids)))
-    });
+    // Ctrl-C during the grace kills at once (`down` is the first stop)
+    let r = procs::stop_tree_until(
+        p,
+        true,
+        grace,
+        &mut |sig, pids| rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids))),
+        &crate::signals::take_interrupt,
+    );
     rep.emit(None, &WatchEvent::TreeStopped { pid: p, report: &r });
     for s in &r.survivors {
         rep.note(r.elapsed_ms, &format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd)));

@@ -104,7 +104,14 @@ impl Reporter {
         let _ = self.out.flush();
     }
 
+    /// Prints human text: redacted, its control characters escaped (line breaks kept).
     fn print(&mut self, s: &str) {
+        let s = printable_lines(s).to_string();
+        self.print_painted(&s);
+    }
+
+    /// Prints text whose foreign parts were made [`printable`] already, painted with vigil's own colours.
+    fn print_painted(&mut self, s: &str) {
         let s = match &self.tag {
             Some((h, Some(r))) => format!("[{h} rank {r}] {s}"),
             Some((h, None)) => format!("[{h}] {s}"),
@@ -227,9 +234,9 @@ impl Reporter {
                 let mut s = format!("[{:>7}] phase {} → {}", fmt_t(t_ms), from, self.paint(phase.as_str(), "1"));
                 s.push_str(&crate::sinks::history::usual_text(*usual_ms, *eta_ms));
                 if !laggards.is_empty() {
-                    s.push_str(&format!("  (behind: {})", laggards.join(", ")));
+                    s.push_str(&format!("  (behind: {})", printable(&laggards.join(", "))));
                 }
-                self.print(&s);
+                self.print_painted(&s);
             }
             (_, Event::OnStall(s)) => self.print(&format!("[{:>7}] {}", fmt_t(t_ms), s.line())),
             (_, Event::Evidence(e)) => {
@@ -274,7 +281,7 @@ impl Reporter {
             }
             (_, Event::Slow(x)) => {
                 let s = crate::sinks::history::slow_text(x);
-                self.print(&format!("[{:>7}] {}", fmt_t(t_ms), self.paint(&s, "33")));
+                self.print_painted(&format!("[{:>7}] {}", fmt_t(t_ms), self.paint(&printable(&s), "33")));
             }
             (_, Event::Progress { .. }) | (_, Event::ProbeNow { .. }) | (_, Event::EngineMetrics(_)) => {}
         }
@@ -303,7 +310,7 @@ impl Reporter {
                     return;
                 }
                 self.last_live = Some(Instant::now());
-                let s = self.redact(&s);
+                let s = printable(&self.redact(&s)).into_owned();
                 let width = terminal_width().saturating_sub(1).max(20);
                 let shown: String = s.chars().take(width).collect();
                 let _ = self.out.write_all(format!("\r\x1b[2K{shown}").as_bytes());
@@ -332,13 +339,14 @@ impl Reporter {
                 self.json(v);
             }
             _ => {
+                // its foreign parts are made printable inside, vigil's colours kept
                 let text = summary(r, file, |s, c| self.paint(s, c));
                 if self.mode == Mode::Quiet {
                     // one line only
                     let first = text.lines().next().unwrap_or("").to_string();
-                    self.print(&first);
+                    self.print_painted(&first);
                 } else {
-                    self.print(&text);
+                    self.print_painted(&text);
                 }
             }
         }
@@ -372,10 +380,41 @@ impl crate::sinks::sink::Sink for Reporter {
     }
 }
 
-/// Writes one line to stdout; a closed pipe is not an error.
+/// Writes one line of human output to stdout, its control characters escaped ([`printable`]); a closed
+/// pipe is not an error.
 pub fn out_line(s: &str) {
+    out_raw(&printable(s));
+}
+
+/// Writes one line to stdout as it is (JSON, whose strings escape their control characters; vigil's own
+/// colours); a closed pipe is not an error.
+pub fn out_raw(s: &str) {
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "{s}");
+}
+
+/// Text that may come from other processes (their titles and command lines, a server's log) as a terminal
+/// may be given it: every control character but the tab (C0, DEL, C1) is written escaped (`\x1b`, `\x07`,
+/// `\u{9b}`), so no escape sequence in it can set the terminal's title, clear the screen or move the cursor.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| c.is_control() && c != '\t';
+    if !s.chars().any(bad) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            c if !bad(c) => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// [`printable`] line by line: the line breaks of vigil's own multi-line text are kept.
+fn printable_lines(s: &str) -> String {
+    s.split('\n').map(printable).collect::<Vec<_>>().join("\n")
 }
 
 fn fmt_t(ms: u64) -> String {
@@ -412,10 +451,10 @@ pub fn summary(r: &Report, file: Option<&str>, paint: impl Fn(&str, &str) -> Str
         head.push_str(&format!(" after {}", fmt_ms(ms)));
     }
     if let Some(s) = &r.server {
-        head.push_str(&format!(" ({s})"));
+        head.push_str(&format!(" ({})", printable(s)));
     }
     if let Some(f) = file {
-        head.push_str(&format!(" [{f}]"));
+        head.push_str(&format!(" [{}]", printable(f)));
     }
     let mut out = vec![head];
     if let Some(d) = &r.detail {
@@ -448,6 +487,9 @@ pub fn summary(r: &Report, file: Option<&str>, paint: impl Fn(&str, &str) -> Str
             out.push(format!("    | {l}"));
         }
     }
+    // every line but the painted headline holds text from the server (its log, its processes): printable
+    let rest = out.split_off(1).into_iter().map(|l| printable(&l).into_owned());
+    out.extend(rest);
     out.join("\n")
 }
 
@@ -764,6 +806,26 @@ mod tests {
             "    | evidence saved in /runs/a/evidence-20250101-120000\n",
         );
         assert_eq!(out.text(), want);
+    }
+
+    /// issue #36: text from other processes (a log line, a process title in the evidence, a verdict's last
+    /// lines) cannot drive the terminal: its control characters are written escaped; vigil's own colours and
+    /// line breaks stay.
+    #[test]
+    fn control_characters_from_outside_are_escaped() {
+        let out = Buf::default();
+        let mut r = Reporter::to_writer(Mode::Tty, true, Box::new(out.clone()));
+        r.echo(10, "loading \x1b]0;pwned\x07\x1b[2J\u{9b}m done\tok");
+        let mut crashed = report(Verdict::Crashed, Phase::Weights);
+        crashed.evidence = vec!["pid 7 `\x1b[31mtitle`".into()];
+        r.verdict(20, &crashed, None);
+        let text = out.text();
+        assert!(text.contains("  | loading \\x1b]0;pwned\\x07\\x1b[2J\\u{9b}m done\tok\n"), "{text:?}");
+        assert!(text.contains("    | pid 7 `\\x1b[31mtitle`"), "{text:?}");
+        assert!(text.contains("vigil: \x1b[31mCRASHED\x1b[0m in weights"), "vigil's own colour: {text:?}");
+        assert!(!text.contains('\x07') && !text.contains('\u{9b}'), "{text:?}");
+        assert_eq!(printable("plain text\tkept"), "plain text\tkept");
+        assert_eq!(printable("a\x7fb\rc"), "a\\x7fb\\x0dc");
     }
 
     /// Several hosts: each watch's reporter is tagged and shares stdout; the driver tells the least advanced

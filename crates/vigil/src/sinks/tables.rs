@@ -6,14 +6,14 @@
 use crate::sinks::events::FleetEnd;
 use crate::sinks::records::{CheckReport, ProcRow, RunRow, Severity, Snapshot};
 use crate::sinks::redact::redact_cmdline;
-use crate::sinks::report::out_line;
+use crate::sinks::report::{out_line, out_raw};
 use std::collections::BTreeMap;
 use vigil_core::judge::fmt_ms;
 
 /// Rows as one JSON array, or a header and a line per row (`empty` when there are none).
 pub fn rows<T: serde::Serialize>(rows: &[T], json: bool, empty: &str, header: &str, line: impl Fn(&T) -> String) {
     if json {
-        out_line(&serde_json::to_string(&rows).unwrap_or_default());
+        out_raw(&serde_json::to_string(&rows).unwrap_or_default());
     } else if rows.is_empty() {
         out_line(empty);
     } else {
@@ -100,7 +100,7 @@ pub fn gpu(s: &Snapshot, cmdlines: &BTreeMap<i32, String>, t_unix_ms: u64, json:
     if json {
         let mut v = serde_json::to_value(s).unwrap_or_default();
         v["t_unix_ms"] = t_unix_ms.into();
-        out_line(&v.to_string());
+        out_raw(&v.to_string());
     } else {
         for g in &s.gpus {
             out_line(&format!(
@@ -123,7 +123,7 @@ pub fn gpu(s: &Snapshot, cmdlines: &BTreeMap<i32, String>, t_unix_ms: u64, json:
 pub fn check(rep: &CheckReport, json: bool) {
     if json {
         let v = serde_json::json!({"event": "check", "server": rep.server, "version": rep.version, "context_len": rep.context, "draft_context_len": rep.draft_context, "findings": rep.findings, "errors": rep.errors(), "blocking": rep.blocking(), "warnings": rep.warnings()});
-        out_line(&v.to_string());
+        out_raw(&v.to_string());
         return;
     }
     for f in &rep.findings {
@@ -154,7 +154,7 @@ pub fn check(rep: &CheckReport, json: bool) {
 /// The end of a fleet or multi-node watch: one JSON object, or the headline (multi-node) and a line per host.
 pub fn fleet(end: &FleetEnd, json: bool, quiet: bool) {
     if json {
-        out_line(&end.to_json().to_string());
+        out_raw(&end.to_json().to_string());
         return;
     }
     for l in fleet_text(end, quiet) {
@@ -221,7 +221,7 @@ pub fn history(all: &[vigil_core::history::Startup], changes: &[Vec<vigil_core::
     if json {
         for (s, c) in all.iter().zip(changes) {
             let line = crate::sinks::history::JsonLine { key_id: s.key.id(), startup: s, changes: c };
-            out_line(&serde_json::to_string(&line).unwrap_or_default());
+            out_raw(&serde_json::to_string(&line).unwrap_or_default());
         }
         return;
     }

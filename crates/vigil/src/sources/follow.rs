@@ -3,11 +3,12 @@
 
 use crate::sources::lines::Splitter;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::Sender;
 
 #[derive(Debug)]
 pub enum SourceMsg {
@@ -128,10 +129,31 @@ fn network_fs(dir: &std::ffi::CStr) -> bool {
     NETWORK.contains(&(st.f_type as i64))
 }
 
+/// How many messages a log source may have queued for the watch: a source that reads faster than the watch
+/// judges (a FIFO fed by `yes`, a log growing by gigabytes) waits for it, so memory stays bounded (at most
+/// this many lines of at most 64 KiB each).
+pub const QUEUE: usize = 256;
+/// At most this many bytes are read from a file in one wake-up before the follower yields: a log that grows
+/// faster than it is read never keeps the runtime (interrupts, deadlines, probes) waiting.
+const READ_PER_WAKE: usize = 1 << 20;
+
+/// Sends every line `push` gives, in order; false once the watch is gone.
+async fn send_lines(split: &mut Splitter, data: &[u8], tx: &Sender<SourceMsg>) -> bool {
+    let mut lines = Vec::new();
+    split.push(data, &mut |l| lines.push(l));
+    for l in lines {
+        if tx.send(SourceMsg::Line(l)).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
 /// Follows a file by path. Reads from its start, then new data as it comes. Detects truncation
 /// (size below our offset: read again from 0) and replacement (another inode at the path: finish
-/// the old file, then read the new one from 0). Runs until the receiver is gone.
-pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
+/// the old file, then read the new one from 0). A path that is not a regular file (a FIFO, a character
+/// device such as `/dev/zero`) is read as a stream ([`follow_stream`]). Runs until the receiver is gone.
+pub async fn follow_file(path: PathBuf, tx: Sender<SourceMsg>) {
     let mut file: Option<(std::fs::File, u64)> = None; // (file, inode)
     let mut offset: u64 = 0;
     let mut split = Splitter::new();
@@ -144,18 +166,27 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
             return;
         }
         if file.is_none() {
+            // a FIFO or a device: never opened here (opening a FIFO blocks until a writer comes)
+            if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+                if waited_note {
+                    let _ = tx.send(SourceMsg::Note(format!("log {} appeared", path.display()))).await;
+                }
+                return follow_stream(path, tx).await;
+            }
             match std::fs::File::open(&path) {
-                Ok(f) => {
+                Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
                     let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
                     if waited_note {
-                        let _ = tx.send(SourceMsg::Note(format!("log {} appeared", path.display())));
+                        let _ = tx.send(SourceMsg::Note(format!("log {} appeared", path.display()))).await;
                     }
                     file = Some((f, ino));
                     offset = 0;
                 }
-                Err(_) => {
+                // not there yet, or a directory (said at the start; one made later is waited past)
+                _ => {
                     if !waited_note {
-                        let _ = tx.send(SourceMsg::Note(format!("waiting for log {} to appear", path.display())));
+                        let n = format!("waiting for log {} to appear", path.display());
+                        let _ = tx.send(SourceMsg::Note(n)).await;
                         waited_note = true;
                     }
                     waker.wait().await;
@@ -168,37 +199,45 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
         if let Ok(m) = f.metadata() {
             if m.len() < offset {
                 if let Some(l) = split.finish() {
-                    let _ = tx.send(SourceMsg::Line(l));
+                    let _ = tx.send(SourceMsg::Line(l)).await;
                 }
-                let _ = tx.send(SourceMsg::Note("log truncated: reading it again from the start".into()));
+                let _ = tx.send(SourceMsg::Note("log truncated: reading it again from the start".into())).await;
                 offset = 0;
                 let _ = f.seek(SeekFrom::Start(0));
             }
         }
-        let mut got_any = false;
+        let mut got = 0usize;
         loop {
             match f.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    got_any = true;
+                    got += n;
                     redraw_quiet = false;
                     offset += n as u64;
-                    split.push(&buf[..n], &mut |l| {
-                        let _ = tx.send(SourceMsg::Line(l));
-                    });
+                    if !send_lines(&mut split, &buf[..n], &tx).await {
+                        return;
+                    }
+                    if got >= READ_PER_WAKE {
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             }
         }
-        if !got_any {
+        if got >= READ_PER_WAKE {
+            // more may be there: read on after everything else that waits had its turn
+            tokio::task::yield_now().await;
+            continue;
+        }
+        if got == 0 {
             // At the end of the old file: has the path been replaced?
             match std::fs::metadata(&path) {
                 Ok(m) if m.ino() != *ino => {
                     if let Some(l) = split.finish() {
-                        let _ = tx.send(SourceMsg::Line(l));
+                        let _ = tx.send(SourceMsg::Line(l)).await;
                     }
-                    let _ = tx.send(SourceMsg::Note("log replaced (rotated): following the new file".into()));
+                    let _ = tx.send(SourceMsg::Note("log replaced (rotated): following the new file".into())).await;
                     file = None;
                     continue;
                 }
@@ -213,7 +252,7 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
                     continue;
                 }
                 if let Some(l) = split.take_redraw() {
-                    let _ = tx.send(SourceMsg::Line(l));
+                    let _ = tx.send(SourceMsg::Line(l)).await;
                 }
             }
             waker.wait().await;
@@ -221,51 +260,90 @@ pub async fn follow_file(path: PathBuf, tx: UnboundedSender<SourceMsg>) {
     }
 }
 
+/// A log path that is no regular file: a FIFO (read until its writer closes, then opened again for the next
+/// one) or a character device (`/dev/zero` never ends: its bytes are read, bounded, until the deadline). Its
+/// reads run on the blocking pool (`tokio::fs`), so a FIFO that is quiet, or has no writer yet, never blocks
+/// the runtime, and a source that never ends is read one bounded chunk per wake-up.
+async fn follow_stream(path: PathBuf, tx: Sender<SourceMsg>) {
+    loop {
+        let f = match tokio::fs::File::open(&path).await {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = tx.send(SourceMsg::Note(format!("log {}: {e}", path.display()))).await;
+                return;
+            }
+        };
+        read_stream(f, tx.clone()).await;
+        let fifo = std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_fifo());
+        if !fifo || tx.is_closed() {
+            return;
+        }
+        let n = format!("log {} (a FIFO): its writer closed; waiting for the next", path.display());
+        if tx.send(SourceMsg::Note(n)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What one read of a live stream gave.
+pub enum Got {
+    /// This many bytes, in the buffer.
+    Data(usize),
+    /// The stream was quiet for `REDRAW_QUIET` while a redraw waited for its end: the redraw as it stands.
+    Redraw(String),
+    /// The end of the stream, or an error.
+    End,
+}
+
 /// One read of a stream; while a redraw waits for its end, a read that finds the stream quiet for
-/// `REDRAW_QUIET` hands the redraw on and tries again. `None` at the end of the stream or an error.
-pub async fn read_live<R: tokio::io::AsyncRead + Unpin>(
-    r: &mut R,
-    buf: &mut [u8],
-    split: &mut Splitter,
-    tx: &UnboundedSender<SourceMsg>,
-) -> Option<usize> {
+/// `REDRAW_QUIET` gives the redraw as it stands instead.
+pub async fn read_live<R: tokio::io::AsyncRead + Unpin>(r: &mut R, buf: &mut [u8], split: &mut Splitter) -> Got {
     loop {
         let got = if split.redraw_waiting() {
             match tokio::time::timeout(REDRAW_QUIET, r.read(buf)).await {
                 Ok(got) => got,
-                Err(_) => {
-                    if let Some(l) = split.take_redraw() {
-                        let _ = tx.send(SourceMsg::Line(l));
-                    }
-                    continue;
-                }
+                Err(_) => match split.take_redraw() {
+                    Some(l) => return Got::Redraw(l),
+                    None => continue,
+                },
             }
         } else {
             r.read(buf).await
         };
         return match got {
-            Ok(0) | Err(_) => None,
-            Ok(n) => Some(n),
+            Ok(0) | Err(_) => Got::End,
+            Ok(n) => Got::Data(n),
         };
     }
 }
 
-/// Reads any async stream (stdin, a child's pipe) into lines until EOF.
-pub async fn read_stream<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: UnboundedSender<SourceMsg>) {
+/// Reads any async stream (stdin, a child's pipe, a FIFO) into lines until EOF, waiting for the watch when
+/// its queue is full.
+pub async fn read_stream<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: Sender<SourceMsg>) {
     let mut split = Splitter::new();
     let mut buf = vec![0u8; 64 * 1024];
-    while let Some(n) = read_live(&mut r, &mut buf, &mut split, &tx).await {
-        split.push(&buf[..n], &mut |l| {
-            let _ = tx.send(SourceMsg::Line(l));
-        });
+    loop {
+        match read_live(&mut r, &mut buf, &mut split).await {
+            Got::Data(n) => {
+                if !send_lines(&mut split, &buf[..n], &tx).await {
+                    return;
+                }
+            }
+            Got::Redraw(l) => {
+                if tx.send(SourceMsg::Line(l)).await.is_err() {
+                    return;
+                }
+            }
+            Got::End => break,
+        }
     }
     if let Some(l) = split.finish() {
-        let _ = tx.send(SourceMsg::Line(l));
+        let _ = tx.send(SourceMsg::Line(l)).await;
     }
 }
 
 /// Runs `sh -c CMD` and reads its stdout and stderr as log lines.
-pub fn spawn_log_cmd(cmd: &str, tx: UnboundedSender<SourceMsg>) -> std::io::Result<tokio::process::Child> {
+pub fn spawn_log_cmd(cmd: &str, tx: Sender<SourceMsg>) -> std::io::Result<tokio::process::Child> {
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(cmd)
@@ -317,7 +395,7 @@ mod tests {
     }
 
     /// The next message's line, waiting at most 5 s (the event is the message itself).
-    async fn next_line(rx: &mut tokio::sync::mpsc::UnboundedReceiver<SourceMsg>) -> Option<String> {
+    async fn next_line(rx: &mut tokio::sync::mpsc::Receiver<SourceMsg>) -> Option<String> {
         loop {
             match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("no message within 5 s") {
                 Some(SourceMsg::Line(l)) => return Some(l),
@@ -333,7 +411,7 @@ mod tests {
     async fn a_stream_hands_on_each_bar_state_before_its_end() {
         use tokio::io::AsyncWriteExt;
         let (mut w, r) = tokio::io::duplex(4096);
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(QUEUE);
         tokio::spawn(read_stream(r, tx));
         w.write_all(b"phase line\n\rbar 1/3").await.unwrap();
         assert_eq!(next_line(&mut rx).await.as_deref(), Some("phase line"));
@@ -355,7 +433,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("server.log");
         let mut f = std::fs::File::create(&path).unwrap();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(QUEUE);
         let h = tokio::spawn(follow_file(path.clone(), tx));
         f.write_all(b"phase line\n\rbar 1/3").unwrap();
         assert_eq!(next_line(&mut rx).await.as_deref(), Some("phase line"));

@@ -99,11 +99,19 @@ pub async fn probe(t: &Target, timeout: Duration, bearer: Option<&str>) -> Probe
     let t0 = Instant::now();
     // Set while a TLS handshake is under way, so a timeout can say where it stopped.
     let handshaking = AtomicBool::new(false);
-    let r = tokio::time::timeout(timeout, attempt(t, bearer, &handshaking)).await;
+    // Set once the answer has begun: a timeout then is a head that never ended.
+    let answering = AtomicBool::new(false);
+    let r = tokio::time::timeout(timeout, attempt(t, bearer, &handshaking, &answering)).await;
     let latency = t0.elapsed();
     match r {
         Err(_) => {
-            let during = if handshaking.load(Ordering::SeqCst) { " (TLS handshake not finished)" } else { "" };
+            let during = if handshaking.load(Ordering::SeqCst) {
+                " (TLS handshake not finished)"
+            } else if answering.load(Ordering::SeqCst) {
+                " (the answer began, its headers never ended)"
+            } else {
+                ""
+            };
             ProbeResult {
                 outcome: ProbeOutcome::Timeout,
                 status: None,
@@ -120,7 +128,12 @@ pub async fn probe(t: &Target, timeout: Duration, bearer: Option<&str>) -> Probe
     }
 }
 
-async fn attempt(t: &Target, bearer: Option<&str>, handshaking: &AtomicBool) -> Result<u16, Failure> {
+async fn attempt(
+    t: &Target,
+    bearer: Option<&str>,
+    handshaking: &AtomicBool,
+    answering: &AtomicBool,
+) -> Result<u16, Failure> {
     let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((t.host.as_str(), t.port)).await {
         Ok(a) => a.collect(),
         Err(e) => return Err(fail(ProbeOutcome::Error, format!("resolve {}: {e}", t.host))),
@@ -142,7 +155,7 @@ async fn attempt(t: &Target, bearer: Option<&str>, handshaking: &AtomicBool) -> 
     }
     req.push_str("\r\n");
     match &t.tls {
-        None => status_of(s, &req).await,
+        None => status_of(s, &req, answering).await,
         Some(tls) => {
             handshaking.store(true, Ordering::SeqCst);
             let s = handshake(tls, s).await.map_err(|e| Failure {
@@ -151,7 +164,7 @@ async fn attempt(t: &Target, bearer: Option<&str>, handshaking: &AtomicBool) -> 
                 cert_error: tls::is_cert_error(&e),
             })?;
             handshaking.store(false, Ordering::SeqCst);
-            status_of(s, &req).await
+            status_of(s, &req, answering).await
         }
     }
 }
@@ -166,12 +179,27 @@ fn is_eof(e: &std::io::Error, got: &[u8]) -> bool {
     e.kind() == std::io::ErrorKind::UnexpectedEof && !got.is_empty()
 }
 
-/// Sends the request and reads (bounded) up to the status line.
-async fn status_of<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, req: &str) -> Result<u16, Failure> {
+/// Where the head of an answer ends (after its blank line: `\r\n\r\n`, or a bare `\n\n` as lenient
+/// HTTP/1.1 readers accept), if it has.
+fn head_end(head: &[u8]) -> Option<usize> {
+    let crlf = head.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let lf = head.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    crlf.into_iter().chain(lf).min()
+}
+
+/// Sends the request and reads (bounded) the status line and the headers: a status counts only once the
+/// headers have ended (a 200 whose headers never end is no answer; the probe's deadline ends it), and the
+/// head may be at most `MAX_HEAD` bytes. The body is never read.
+async fn status_of<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    req: &str,
+    answering: &AtomicBool,
+) -> Result<u16, Failure> {
     s.write_all(req.as_bytes()).await.map_err(|e| fail(ProbeOutcome::Error, format!("send: {e}")))?;
     s.flush().await.map_err(|e| fail(ProbeOutcome::Error, format!("send: {e}")))?;
     let mut head = Vec::with_capacity(256);
     let mut buf = [0u8; 1024];
+    let mut ended = false;
     loop {
         let n = match s.read(&mut buf).await {
             Ok(n) => n,
@@ -182,22 +210,37 @@ async fn status_of<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, req: &str) -> Re
             break;
         }
         head.extend_from_slice(&buf[..n]);
-        if head.windows(2).any(|w| w == b"\r\n") || head.len() >= MAX_HEAD {
+        answering.store(true, Ordering::SeqCst);
+        if let Some(end) = head_end(&head) {
+            head.truncate(end);
+            ended = true;
+            break;
+        }
+        if head.len() >= MAX_HEAD {
             break;
         }
     }
     let line_end = head.windows(2).position(|w| w == b"\r\n").unwrap_or(head.len());
     let status_line = String::from_utf8_lossy(&head[..line_end]);
     let mut parts = status_line.split_whitespace();
-    match (parts.next(), parts.next()) {
+    let code = match (parts.next(), parts.next()) {
         (Some(v), Some(code)) if v.starts_with("HTTP/1.") => code
             .parse::<u16>()
             .ok()
             .filter(|c| (100..600).contains(c))
-            .ok_or(fail(ProbeOutcome::Error, "bad status line")),
-        _ if head.is_empty() => Err(fail(ProbeOutcome::Error, "connection closed without an answer")),
-        _ => Err(fail(ProbeOutcome::Error, "not an HTTP answer")),
+            .ok_or(fail(ProbeOutcome::Error, "bad status line"))?,
+        _ if head.is_empty() => return Err(fail(ProbeOutcome::Error, "connection closed without an answer")),
+        _ => return Err(fail(ProbeOutcome::Error, "not an HTTP answer")),
+    };
+    if !ended {
+        let why = if head.len() >= MAX_HEAD {
+            format!("HTTP {code} with headers longer than {} KiB: not counted", MAX_HEAD / 1024)
+        } else {
+            format!("HTTP {code} closed before its headers ended: not counted")
+        };
+        return Err(fail(ProbeOutcome::Error, why));
     }
+    Ok(code)
 }
 
 #[cfg(test)]
@@ -335,6 +378,43 @@ fn parse_response(data: &[u8]) -> Result<(u16, Vec<u8>), String> {
 #[cfg(test)]
 mod http_tests {
     use super::*;
+
+    /// issue #36: a status counts once the headers end; a 200 whose headers never end is no answer (the
+    /// probe's deadline ends it), and one that closes first is an error.
+    #[test]
+    fn a_status_counts_once_the_headers_end() {
+        use tokio::io::AsyncWriteExt;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let answer = |bytes: &'static [u8], close: bool| {
+            rt.block_on(async move {
+                let (client, mut server) = tokio::io::duplex(1 << 16);
+                server.write_all(bytes).await.unwrap();
+                if close {
+                    // the peer's side ends (its half closed) before the headers do
+                    server.shutdown().await.unwrap();
+                    let r = status_of(client, "GET / HTTP/1.1\r\n\r\n", &AtomicBool::new(false)).await;
+                    drop(server);
+                    return r.map_err(|f| f.note);
+                }
+                let begun = AtomicBool::new(false);
+                let r = tokio::time::timeout(
+                    Duration::from_millis(200),
+                    status_of(client, "GET / HTTP/1.1\r\n\r\n", &begun),
+                )
+                .await;
+                drop(server);
+                match r {
+                    Ok(r) => r.map_err(|f| f.note),
+                    Err(_) => Err(format!("timed out (answer begun: {})", begun.load(Ordering::SeqCst))),
+                }
+            })
+        };
+        assert_eq!(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false), Ok(200));
+        assert_eq!(answer(b"HTTP/1.1 503 Loading\n\n", false), Ok(503));
+        assert_eq!(answer(b"HTTP/1.1 200 OK\r\nX-Pad: a\r\n", false), Err("timed out (answer begun: true)".into()));
+        let e = answer(b"HTTP/1.1 200 OK\r\nX-Pad: a\r\n", true).unwrap_err();
+        assert!(e.contains("closed before its headers ended"), "{e}");
+    }
 
     #[test]
     fn ipv6_first_falls_back_to_ipv4() {

@@ -414,15 +414,18 @@ pub fn signal(pid: i32, sig: i32) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
-/// `stop_tree` for async code: its waits (up to `grace` + 5 s) run on a blocking thread, so the runtime
+/// `stop_tree_until` for async code: its waits (up to `grace` + 5 s) run on a blocking thread, so the runtime
 /// (other watches, interrupts) goes on meanwhile. A panic inside is resumed here.
 pub async fn stop_tree_async(
     root: i32,
     include_root: bool,
     grace: Duration,
     mut on_event: impl FnMut(&str, &[i32]) + Send + 'static,
+    kill_now: impl Fn() -> bool + Send + 'static,
 ) -> StopReport {
-    match tokio::task::spawn_blocking(move || stop_tree(root, include_root, grace, &mut on_event)).await {
+    match tokio::task::spawn_blocking(move || stop_tree_until(root, include_root, grace, &mut on_event, &kill_now))
+        .await
+    {
         Ok(r) => r,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
@@ -431,6 +434,17 @@ pub async fn stop_tree_async(
 /// Stops `root` and its descendants: SIGTERM to all, wait up to `grace`, SIGKILL what is left,
 /// then wait (bounded) until every one is gone. New descendants that appear meanwhile are included.
 pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut dyn FnMut(&str, &[i32])) -> StopReport {
+    stop_tree_until(root, include_root, grace, on_event, &|| false)
+}
+
+/// [`stop_tree`] whose grace ends early when `kill_now` says so (checked every 20 ms: a second Ctrl-C).
+pub fn stop_tree_until(
+    root: i32,
+    include_root: bool,
+    grace: Duration,
+    on_event: &mut dyn FnMut(&str, &[i32]),
+    kill_now: &dyn Fn() -> bool,
+) -> StopReport {
     let t0 = Instant::now();
     let mut all: BTreeMap<i32, (String, String)> = BTreeMap::new();
     // Every process seen once stays in the set: a child orphaned when its parent died (reparented to
@@ -440,8 +454,11 @@ pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut 
         v.extend(descendants(root));
         v.extend(all.keys().copied().filter(|p| !v.contains(p)).collect::<Vec<_>>());
         for p in v.iter().copied().filter(|p| alive(*p)) {
+            // the command line as every stored record keeps it: through the redactor (a `stopped` event in a
+            // run's events.jsonl must not hold `--api-key`'s value)
             all.entry(p).or_insert_with(|| {
-                (crate::sources::follow::cmdline(p).map(|c| c.join(" ")).unwrap_or_default(), String::new())
+                let cmd = crate::sources::follow::cmdline(p).map(|c| c.join(" ")).unwrap_or_default();
+                (crate::sinks::redact::redact_cmdline(&cmd), String::new())
             });
         }
         v.into_iter().filter(|p| alive(*p)).collect::<Vec<_>>()
@@ -462,7 +479,7 @@ pub fn stop_tree(root: i32, include_root: bool, grace: Duration, on_event: &mut 
                 all.get_mut(p).unwrap().1 = "SIGTERM".into();
             }
         }
-        if live.is_empty() || Instant::now() >= deadline {
+        if live.is_empty() || Instant::now() >= deadline || kill_now() {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -667,7 +684,7 @@ mod tests {
                 t.fetch_add(1, Ordering::SeqCst);
             }
         });
-        let r = stop_tree_async(pid, true, Duration::from_millis(600), |_, _| {}).await;
+        let r = stop_tree_async(pid, true, Duration::from_millis(600), |_, _| {}, || false).await;
         counter.abort();
         let _ = sh.wait();
         assert!(r.survivors.is_empty(), "{r:?}");

@@ -687,7 +687,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                         // only a stop that was asked for (vigil down) is an orderly end of one rank: a rank that
                         // ends on its own, even with status 0 (vLLM's --headless node once its worker died), takes
                         // the server down with it
-                        why = format!("rank 0: {}", crate::node::up::stopped_how(x, end.requested));
+                        why = format!("rank 0: {}", crate::node::up::stopped_how(x, end.requested, None));
                         code = Exit::Ready;
                     } else {
                         why = format!("rank 0's server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal));
@@ -1031,7 +1031,7 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
                 // a rank's server that ends after ready without being asked to (status 0 included: vLLM's
                 // --headless node exits 0 once its worker died, seen on the GPU machine, issue #32) fails the server
                 let (code, note) = if end.requested {
-                    (Exit::Ready, crate::node::up::stopped_how(x, end.requested))
+                    (Exit::Ready, crate::node::up::stopped_how(x, end.requested, None))
                 } else {
                     (Exit::Crashed, format!("its server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal)))
                 };

@@ -59,7 +59,14 @@ pub async fn on_verdict(
                 _ => {
                     // not a run of ours (stop_run proves a run's GPU release itself): prove it here
                     let before = crate::sources::gpu::before_stop(pid, &pids).filter(|b| b.held.total_mib > 0);
-                    let s = crate::sources::procs::stop_tree_async(pid, true, grace, |_, _| {}).await;
+                    let s = crate::sources::procs::stop_tree_async(
+                        pid,
+                        true,
+                        grace,
+                        |_, _| {},
+                        crate::signals::take_interrupt,
+                    )
+                    .await;
                     let mut left: Vec<i32> = s.survivors.iter().map(|p| p.pid).collect();
                     if let Some(b) = before {
                         let (_, holders) = crate::sources::gpu::released(b, Duration::from_secs(30)).await;

@@ -233,7 +233,7 @@ pub async fn run(a: Args, profiles: Profiles) -> Result<Outcome, CliError> {
 /// The workers that feed the watch: the log, the exit, the process tree (GPU memory, compilers),
 /// NVML events, the server's metrics page, and the tick.
 struct Sources {
-    lines: mpsc::UnboundedReceiver<SourceMsg>,
+    lines: mpsc::Receiver<SourceMsg>,
     exit: mpsc::UnboundedReceiver<(ServerEnd, Option<u64>)>,
     busy: mpsc::UnboundedReceiver<String>,
     gpu: mpsc::UnboundedReceiver<crate::sources::gpu::Held>,
@@ -259,18 +259,32 @@ impl Sources {
         // compiler processes in the tree count as progress (found by the tree sampler below)
         let (busy_tx, busy_rx) = mpsc::unbounded_channel::<String>();
         let compilers = (a.pid.is_some() && a.has_log()).then_some((compilers, busy_tx));
-        let (tx, rx) = mpsc::unbounded_channel::<SourceMsg>();
+        // bounded: a source that reads faster than the watch judges waits for it
+        let (tx, rx) = mpsc::channel::<SourceMsg>(follow::QUEUE);
         let mut log_child = None;
         if let Some(l) = &a.log {
             if l == "-" {
                 tokio::spawn(follow::read_stream(tokio::io::stdin(), tx.clone()));
             } else {
+                if std::fs::metadata(l).is_ok_and(|m| m.is_dir()) {
+                    return Err(CliError::usage(format!("--log {l} is a directory: give the server's log file")));
+                }
                 tokio::spawn(follow::follow_file(PathBuf::from(l), tx.clone()));
             }
         }
         let (exit_tx, exit_rx) = mpsc::unbounded_channel::<(ServerEnd, Option<u64>)>();
         if let Some(w) = &a.remote {
-            tokio::spawn(crate::node::remote::follow_log(w.clone(), tx.clone()));
+            // the SSH stream comes at the network's pace; it is queued to the watch's bounded queue in order
+            let (rtx, mut rrx) = mpsc::unbounded_channel::<SourceMsg>();
+            tokio::spawn(crate::node::remote::follow_log(w.clone(), rtx));
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while let Some(m) = rrx.recv().await {
+                    if tx.send(m).await.is_err() {
+                        return;
+                    }
+                }
+            });
             tokio::spawn(crate::node::remote::wait_exit(w.clone(), exit_tx.clone()));
         }
         if let Some(cmd) = &a.log_cmd {
@@ -693,6 +707,7 @@ fn start<'p>(
     let mut proof_cfg = ProofConfig {
         generate,
         timeout_ms: a.generate_timeout.as_millis() as u64,
+        deadline_ms: Some(a.timeout.as_millis() as u64),
         retry_ms: 1000,
         watch: a.watch,
         ..ProofConfig::default()

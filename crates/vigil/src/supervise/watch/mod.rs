@@ -428,9 +428,10 @@ impl<'p> Watch<'p> {
             }
         }
         if let Some(end) = exit_now {
-            // After ready, an exit that was asked for (`vigil down`) or a clean status 0 ends the watch in
-            // order: not a crash, and not a later "unhealthy" from probes of a server that is gone.
-            if self.proof.watching() && self.judge.exit_is_orderly(&end.exit, end.requested) {
+            // An exit that was asked for (`vigil down`, before or after ready) or, after ready, a clean status 0
+            // ends the watch in order: not a crash, and not a later "unhealthy" from probes of a server that is
+            // gone.
+            if self.judge.exit_ends_in_order(&end.exit, end.requested, self.proof.watching()) {
                 self.stopped(end, &mut out);
                 return self.end(out);
             }
@@ -448,6 +449,11 @@ impl<'p> Watch<'p> {
             if out.last().is_some_and(ends) {
                 return self.end(out);
             }
+        }
+        // --timeout holds while proving too (issue #36): a proof that never finishes is `timeout`
+        if let Step::Timeout(r) = self.proof.tick(now) {
+            self.proof_timed_out(r, &mut out);
+            return self.end(out);
         }
         self.schedule(now, &mut out);
         self.status(now, phase_changed, &mut out);
@@ -560,7 +566,8 @@ impl<'p> Watch<'p> {
 
     fn stopped(&mut self, end: ServerEnd, out: &mut Vec<Action>) {
         let (x, asked) = (end.exit, end.requested);
-        let how = crate::node::up::stopped_how(&x, asked);
+        let before = (!self.proof.watching()).then(|| self.judge.phase());
+        let how = crate::node::up::stopped_how(&x, asked, before);
         let stop = Say::Stopped { how: how.clone(), exit_code: x.code, signal: x.signal, requested: asked };
         out.push(Action::Say(stop));
         out.push(Action::Notify(Notify::Stopping(how.clone())));
@@ -638,6 +645,7 @@ impl<'p> Watch<'p> {
                 out.push(Action::Verdict(r.clone()));
                 out.push(Action::End(Box::new(Outcome::verdict(Exit::Unhealthy, *r))));
             }
+            Step::Timeout(r) => self.proof_timed_out(r, out),
             Step::RetryAt { at, note } => {
                 out.push(Action::Note(format!("generation proof failed ({note}), retrying")));
                 self.next_gen = at.max(now);
@@ -659,6 +667,17 @@ impl<'p> Watch<'p> {
         }
     }
 
+    /// `--timeout` passed while proving: what is in flight is cancelled and the verdict concluded.
+    fn proof_timed_out(&mut self, r: Box<Report>, out: &mut Vec<Action>) {
+        if std::mem::take(&mut self.probing) {
+            out.push(Action::CancelProbe);
+        }
+        if std::mem::take(&mut self.generating) {
+            out.push(Action::CancelGenerate);
+        }
+        out.push(Action::Conclude(r));
+    }
+
     /// The next probe and generation; never two at once.
     fn schedule(&mut self, now: u64, out: &mut Vec<Action>) {
         if !self.set.has_target || self.link_down {
@@ -677,8 +696,13 @@ impl<'p> Watch<'p> {
             // speculation numbers are read for the proof, not for every later generation probe
             let wants_spec = self.proof.config().spec.is_some();
             let read_spec = wants_spec && !self.proof.watching();
-            // one attempt never outlasts the whole proof budget
-            let timeout = self.probe_timeout.max(Duration::from_secs(30)).min(self.set.generate_timeout);
+            // one attempt never outlasts the whole proof budget, nor (while proving) --timeout
+            let budget = self.probe_timeout.max(Duration::from_secs(30)).min(self.set.generate_timeout);
+            let timeout = if self.proof.watching() {
+                budget
+            } else {
+                Duration::from_millis(self.proof.attempt_ms(now, budget.as_millis() as u64))
+            };
             out.push(Action::Generate {
                 spec,
                 timeout,

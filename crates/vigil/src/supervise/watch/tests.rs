@@ -57,6 +57,7 @@ fn machine(o: Opts) -> Watch<'static> {
     let mut pc = ProofConfig {
         generate: o.generate && o.target,
         timeout_ms: o.generate_timeout_ms,
+        deadline_ms: Some(o.timeout_ms),
         retry_ms: 1000,
         watch: o.watch,
         ..ProofConfig::default()
@@ -243,6 +244,52 @@ fn generation_that_never_works_is_unhealthy() {
     };
     assert_eq!(o.code, Exit::Unhealthy);
     assert_eq!(o.report.map(|r| r.verdict), Some(Verdict::Unhealthy));
+}
+
+/// issue #36: `--timeout` bounds the proof too: a completion that never comes back (an endless body) ends
+/// at the deadline as `timeout`, not at the proof's own 120 s budget; the attempt is given only what is left.
+#[test]
+fn the_deadline_bounds_a_proof_that_never_answers() {
+    let mut w = machine(Opts { generate: true, timeout_ms: 15_000, ..Opts::default() });
+    let acts = to_ready(&mut w);
+    let attempt = acts.iter().find_map(|a| match a {
+        Action::Generate { timeout, .. } => Some(*timeout),
+        _ => None,
+    });
+    assert_eq!(attempt, Some(Duration::from_millis(14_890)), "{acts:?}");
+    assert!(concluded(&ticks(&mut w, 125, 14_975)).is_none(), "not before the deadline");
+    let acts = w.on(15_000, tick());
+    let r = concluded(&acts).expect("timeout at the deadline");
+    assert_eq!(r.verdict, Verdict::Timeout);
+    assert!(acts.iter().any(|a| matches!(a, Action::CancelGenerate)), "the attempt in flight is cancelled");
+    assert!(w.on(15_025, tick()).is_empty());
+}
+
+/// issue #36: a start stopped by `vigil down` from another shell ends in order (a `stopped` event, exit 0),
+/// not as a crash "killed by a signal from outside"; the same exit not asked for is a crash.
+#[test]
+fn a_stop_asked_for_before_ready_is_no_crash() {
+    let killed = |requested| {
+        let exit = ExitInfo { code: None, signal: Some(15), ours: true };
+        Input::Exit { end: ServerEnd { exit, requested }, log_bytes: None }
+    };
+    let mut w = machine(Opts::default());
+    w.on(0, line(LAUNCH_LINE));
+    assert!(undecided(&w.on(1000, killed(true))), "drained first");
+    let acts = ticks(&mut w, 1025, 1200);
+    assert!(concluded(&acts).is_none(), "{acts:?}");
+    let how = acts.iter().find_map(|a| match a {
+        Action::Say(Say::Stopped { how, requested: true, .. }) => Some(how.clone()),
+        _ => None,
+    });
+    assert!(how.as_deref().is_some_and(|h| h.contains("before ready") && h.contains("vigil down")), "{acts:?}");
+    let o = ended(&acts).expect("the watch ends");
+    assert_eq!((o.code, o.interrupted), (Exit::Ready, false));
+    let mut w = machine(Opts::default());
+    w.on(0, line(LAUNCH_LINE));
+    w.on(1000, killed(false));
+    let r = concluded(&ticks(&mut w, 1025, 1200)).cloned().expect("a crash");
+    assert_eq!(r.verdict, Verdict::Crashed);
 }
 
 #[test]

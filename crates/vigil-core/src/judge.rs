@@ -146,9 +146,40 @@ pub struct GpuFact {
     pub describe: String,
 }
 
+/// What the kernel recorded of OOM kills while the server ran, read by the binary when the exit came (issue #33):
+/// blame on the OOM killer needs this evidence, not a server's guess.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelOom {
+    /// Each place that was read, with what it showed: "/proc/vmstat oom_kill 3 -> 4",
+    /// "memory.events of cgroup /x: oom_kill 0 -> 0". Empty: nothing could be read, so nothing is known.
+    pub read: Vec<String>,
+    /// The machine's count (`/proc/vmstat`) moved during the run; None: not read.
+    pub machine: Option<bool>,
+    /// The count of the server's own memory cgroup moved; None: not read. The kernel counts a kill in the
+    /// victim's cgroup, so this one names the server's processes, where the machine's may be anyone's.
+    pub cgroup: Option<bool>,
+}
+
+impl KernelOom {
+    fn evidence(&self) -> String {
+        self.read.join("; ")
+    }
+
+    /// The kernel OOM-killed one of the server's processes: its cgroup counted a kill; without a readable
+    /// cgroup, the machine counted one and the server itself died of SIGKILL.
+    fn blames(&self, sigkill: bool) -> bool {
+        match self.cgroup {
+            Some(c) => c,
+            None => sigkill && self.machine == Some(true),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Input {
     Line(Box<Line>),
+    /// The kernel's OOM-kill record, told just before the exit it explains.
+    KernelOom(KernelOom),
     /// A GPU sample: any change in the tree's GPU memory is progress; utilisation never counts.
     Gpu(GpuFact),
     Probe(ProbeOutcome),
@@ -443,6 +474,7 @@ pub struct Judge {
     ready_marker: bool,
     shutdown: bool,
     exit: Option<ExitInfo>,
+    kernel_oom: Option<KernelOom>,
     degraded: Option<String>,
     probe_fail_since: Option<u64>,
     gpu: Option<GpuFact>,
@@ -482,6 +514,7 @@ impl Judge {
             ready_marker: false,
             shutdown: false,
             exit: None,
+            kernel_oom: None,
             degraded: None,
             probe_fail_since: None,
             gpu: None,
@@ -668,6 +701,7 @@ impl Judge {
             }
             Input::Probe(p) => self.on_probe(p, &mut ev),
             Input::Exit(x) => self.on_exit(x, &mut ev),
+            Input::KernelOom(k) => self.kernel_oom = Some(k),
             Input::EngineDied(d) => {
                 let open = matches!(self.state, Verdict::Starting | Verdict::Ready | Verdict::Unhealthy);
                 if open && !self.shutdown && self.engine_death.is_none() {
@@ -1007,7 +1041,24 @@ impl Judge {
                 b.cause = Some(c);
             }
         }
-        let detail = x.describe() + &self.engine_note();
+        let mut detail = x.describe();
+        // Blame on the OOM killer needs the kernel's record (issue #33): a SIGKILL of the server with an OOM kill
+        // counted during the run, or one counted in the server's own cgroup however the server then ended
+        // (SGLang's root exits on its own after a child was killed). A SIGKILL with the counters read and still
+        // is someone else's.
+        let sigkill = x.ours && x.signal == Some(9);
+        if let Some(k) = self.kernel_oom.clone().filter(|k| !k.read.is_empty()) {
+            let soft = matches!(b.cause, None | Some(Cause::Killed | Cause::EngineDead | Cause::Unknown));
+            if k.blames(sigkill) && soft {
+                b.cause = Some(Cause::HostOom);
+                b.hint = None;
+                detail = format!("{detail}: the kernel's OOM killer ({})", k.evidence());
+            } else if sigkill && !k.blames(sigkill) {
+                let whose = if k.cgroup.is_some() { " of the server's cgroup" } else { "" };
+                detail = format!("{detail} from outside; the kernel recorded no OOM kill{whose} ({})", k.evidence());
+            }
+        }
+        let detail = detail + &self.engine_note();
         self.crash_detail(b, Some(detail), ev);
     }
 

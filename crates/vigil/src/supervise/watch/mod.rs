@@ -57,6 +57,8 @@ pub enum Input {
     LogEnded,
     /// The server exited; `log_bytes`: a remote log's size at that moment (judge once it is all here).
     Exit { end: ServerEnd, log_bytes: Option<u64> },
+    /// The kernel's OOM-kill counters, read as the exit came (told before it).
+    KernelOom(vigil_core::KernelOom),
     /// A health probe came back; `holder`: the port is held outside the server's tree (asked for only
     /// when `Watch::asks_holder` says so).
     Probe { result: ProbeResult, holder: Option<Holder> },
@@ -364,6 +366,7 @@ impl<'p> Watch<'p> {
                     exit_now = Some(end);
                 }
             }
+            Input::KernelOom(k) => events = self.feed(now, vigil_core::Input::KernelOom(k)),
             Input::Probe { result, holder } => events = self.probed(now, result, holder, &mut out),
             Input::Compiling(c) => events = self.feed(now, vigil_core::Input::Compiling(c)),
             Input::Gpu(h) => {

@@ -416,6 +416,10 @@ struct Block {
     last_at: u64,
     /// Holds a request-scoped failure: the block does not prove a crash when the text ends in it.
     benign: bool,
+    /// The root cause in one line (issue #33): the line that named the block's cause, else its last error line
+    /// that is not a frame (the exception at the bottom of a traceback); with `root_named` once a cause named it.
+    root: Option<String>,
+    root_named: bool,
 }
 
 impl Block {
@@ -797,6 +801,12 @@ impl Judge {
         if let (Some(h), Some(b)) = (&hit, &mut self.block) {
             b.benign |= h.kind == RuleKind::RequestError;
             b.error |= h.kind == RuleKind::Error && h.profile != "generic" || h.cause.is_some() || h.terminal;
+            let framework_only = h.profile == "generic" && matches!(h.rule.as_str(), "traceback" | "python-frame");
+            let names_error = h.kind == RuleKind::Error && !framework_only && !l.message.contains("File \"");
+            if names_error && (h.cause.is_some() || !b.root_named) {
+                b.root = Some(l.message.trim().chars().take(240).collect());
+                b.root_named |= h.cause.is_some();
+            }
             if matches!(h.kind, RuleKind::Error | RuleKind::Implies) {
                 if let Some(c) = h.cause {
                     b.cause = Some(c);
@@ -1171,6 +1181,11 @@ impl Judge {
         });
         let cause = b.cause.unwrap_or(Cause::Unknown);
         let hint = b.hint.clone().or_else(|| Some(hint_for(cause, phase).to_string()));
+        // the detail leads with the root cause the text names, then how the process ended
+        let detail = match (b.root.clone(), detail) {
+            (Some(r), Some(d)) => Some(format!("{r}; {d}")),
+            (r, d) => r.or(d),
+        };
         self.state = Verdict::Crashed;
         let r = self.make_report(Verdict::Crashed, phase, Some(cause), hint, detail, b.lines());
         self.emit(r, ev);
@@ -1407,13 +1422,14 @@ fn stall_hint(p: Phase) -> &'static str {
     }
 }
 
-/// Formats milliseconds as a short human duration (1.2s, 3m05s, 8h12m).
+/// Formats milliseconds as a short human duration, as measured (1.2s, 29.8s, 30s, 3m05s, 8h12m): tenths under a
+/// minute (not a whole ten seconds' `.0`), rounded down so a limit not yet reached never reads as reached.
 pub fn fmt_ms(ms: u64) -> String {
     let s = ms / 1000;
     if ms < 1000 {
         format!("{ms}ms")
-    } else if ms < 10_000 {
-        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if s < 10 || (s < 60 && ms % 1000 >= 100) {
+        format!("{}.{}s", s, (ms % 1000) / 100)
     } else if s < 60 {
         format!("{s}s")
     } else if s < 3600 {

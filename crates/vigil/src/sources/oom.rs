@@ -92,11 +92,24 @@ impl OomWatch {
         w
     }
 
-    /// Notes the server's cgroup (a new one: its count now is the baseline).
+    /// Notes the server's cgroup (a new one: its count now is the baseline). A process that has exited (a
+    /// zombie not yet reaped) reads as in the root cgroup: only a live process's answer counts, and a move to
+    /// the root is taken for that.
     fn look(&self, pid: u32) {
+        let live = || {
+            read_small(Path::new(&format!("/proc/{pid}/stat")))
+                .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| !rest.starts_with(['Z', 'X'])))
+                .unwrap_or(false)
+        };
+        if !live() {
+            return;
+        }
         let Some((name, file)) = cgroup_file(pid) else { return };
+        if !live() {
+            return;
+        }
         let mut s = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if s.cgroup.as_ref().is_some_and(|c| c.1 == file) {
+        if s.cgroup.as_ref().is_some_and(|c| c.1 == file || name == "/") {
             return;
         }
         let n = read_small(&file).and_then(|t| count(&t, "oom_kill")).unwrap_or(0);

@@ -1133,12 +1133,18 @@ impl Judge {
         if self.now.saturating_sub(at) < self.cfg.quiet_ms || self.shutdown {
             return;
         }
-        let detail = format!("{} died while the server process lives", d.describe());
+        let mut detail = format!("{} died while the server process lives", d.describe());
+        // an engine that vanished without a word, with the kernel's OOM kill counted for the server's cgroup (or,
+        // none readable, the machine's): the OOM killer's victim (issue #33)
+        let oom = self.kernel_oom.clone().filter(|k| k.blames(true));
+        if let Some(k) = &oom {
+            detail = format!("{detail}: the kernel's OOM killer ({})", k.evidence());
+        }
         match self.state {
             Verdict::Starting => {
                 let mut b = self.block.take().unwrap_or_default();
-                if b.cause.is_none() {
-                    b.cause = Some(Cause::EngineDead);
+                if b.cause.is_none() || (oom.is_some() && b.cause == Some(Cause::Unknown)) {
+                    b.cause = Some(if oom.is_some() { Cause::HostOom } else { Cause::EngineDead });
                     b.hint = None;
                 }
                 self.crash_detail(b, Some(detail), ev);

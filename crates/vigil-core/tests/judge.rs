@@ -195,8 +195,23 @@ fn host_oom_needs_the_kernels_record() {
         cgroup: Some(true),
     };
     let died = "[2026-01-01 00:00:01] Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.";
-    let r = end(Some(ours), ExitInfo { code: Some(1), signal: None, ours: true }, died);
+    let r = end(Some(ours.clone()), ExitInfo { code: Some(1), signal: None, ours: true }, died);
     assert_eq!(r.cause, Some(Cause::HostOom));
+    // an engine that vanished while the server lives, with the kill counted in the server's cgroup
+    let mut j = Judge::new(JudgeConfig { quiet_ms: 1_500, ..live(60_000) });
+    feed(&mut j, 0, line(p, "llama-cpp", LOAD));
+    let gone = EngineDeath {
+        pid: 7,
+        title: "sglang::scheduler".into(),
+        by: vigil_core::tree::EngineBy::Title,
+        gpu_mib: 0,
+        lived_ms: 5_000,
+    };
+    feed(&mut j, 10, Input::KernelOom(ours.clone()));
+    feed(&mut j, 10, Input::EngineDied(gone));
+    let r = verdict_of(&feed(&mut j, 2_000, Input::Tick)).unwrap().clone();
+    assert_eq!((r.verdict, r.cause), (Verdict::Crashed, Some(Cause::HostOom)));
+    assert!(r.detail.unwrap().contains("died while the server process lives: the kernel's OOM killer (/proc/vmstat"));
     // offline, the server's sentence alone is no evidence
     let r = vigil_core::diagnose_text(p, Some("sglang"), died);
     assert_eq!(r.cause, Some(Cause::Killed));

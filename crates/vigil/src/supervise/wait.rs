@@ -378,8 +378,9 @@ async fn drive(mut w: Watch<'_>, mut io: Io, mut s: Sources) -> Result<Outcome, 
             },
         };
         // the kernel's record goes to the judge before the exit it explains
+        // (and before each sample of the process tree: an engine that vanishes is judged from the latest record)
         let oom = match (&input, &s.oom) {
-            (Input::Exit { .. }, Some(o)) => Some(Input::KernelOom(o.record())),
+            (Input::Exit { .. } | Input::Tree(_), Some(o)) => Some(Input::KernelOom(o.record())),
             _ => None,
         };
         for i in oom.into_iter().chain([input]) {

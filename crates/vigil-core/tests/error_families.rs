@@ -120,6 +120,24 @@ OSError: libcudart.so.13: cannot open shared object file: No such file or direct
         hint: "libcudart.so.13",
     },
     Case {
+        source: "CPython PermissionError (EACCES) opening a cache folder",
+        text: r#"Traceback (most recent call last):
+  File "/usr/lib/python3.12/os.py", line 225, in makedirs
+    mkdir(name, mode)
+PermissionError: [Errno 13] Permission denied: '/root/.cache/huggingface'"#,
+        cause: Cause::Config,
+        hint: "/root/.cache/huggingface",
+    },
+    Case {
+        source: "CPython OSError ENOSPC writing the compile cache",
+        text: r#"Traceback (most recent call last):
+  File "/usr/lib/python3.12/site-packages/torch/_inductor/codecache.py", line 400, in write_atomic
+    f.write(content)
+OSError: [Errno 28] No space left on device"#,
+        cause: Cause::Config,
+        hint: "full disk",
+    },
+    Case {
         source: "CPython OSError errno 12 (ENOMEM) at fork",
         text: r#"Traceback (most recent call last):
   File "/usr/lib/python3.12/multiprocessing/popen_fork.py", line 66, in _launch

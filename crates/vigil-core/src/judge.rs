@@ -1066,6 +1066,14 @@ impl Judge {
             } else if sigkill && !k.blames(sigkill) {
                 let whose = if k.cgroup.is_some() { " of the server's cgroup" } else { "" };
                 detail = format!("{detail} from outside; the kernel recorded no OOM kill{whose} ({})", k.evidence());
+                if b.cause == Some(Cause::Killed) {
+                    b.hint = Some(
+                        "the process was SIGKILLed from outside, not by the OOM killer (the kernel counted none): look \
+                         for who sent it (an operator's kill, systemd's stop timeout, the kubelet, a job scheduler's \
+                         limit)"
+                            .into(),
+                    );
+                }
             }
         }
         let detail = detail + &self.engine_note();

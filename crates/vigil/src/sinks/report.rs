@@ -914,8 +914,8 @@ mod tests {
             "vigil: CRASHED in weights — cause killed after 29.8s\n",
             "  detail: killed by SIGKILL from outside; the kernel recorded no OOM kill of the server's cgroup \
              (/proc/vmstat oom_kill 0 -> 0; memory.events of cgroup /user.slice/run-7.scope: oom_kill 0 -> 0)\n",
-            "  hint: the process was killed by a signal from outside (operator, orchestrator or OOM killer): check who \
-             sent it (dmesg, systemd, kubelet)\n",
+            "  hint: the process was SIGKILLed from outside, not by the OOM killer (the kernel counted none): look for \
+             who sent it (an operator's kill, systemd's stop timeout, the kubelet, a job scheduler's limit)\n",
             "  timeline: launch 4ms → weights 29.7s\n",
             "  last lines:\n",
             "    | 0.00.001.000 I main: build 1 (0c1e570) with cc for x86_64-linux-gnu\n",

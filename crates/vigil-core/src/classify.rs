@@ -214,13 +214,39 @@ fn match_rules(p: &Profile, message: &str) -> Option<Hit> {
     hit_of(&p.rules[i], message)
 }
 
-/// The first error rule of `p` matching `message` that names a cause.
+/// The first error rule of `p` matching `message` that names a cause, with its hint filled in from the line.
 fn cause_in(p: &Profile, message: &str) -> Option<(Cause, Option<String>)> {
     let set = p.rule_set().matches(message.as_bytes());
-    set.map(|i| &p.rules[i]).find_map(|r| match (r.kind, r.cause) {
-        (RuleKind::Error, Some(c)) => Some((c, r.hint.clone())),
-        _ => None,
-    })
+    let r = set.map(|i| &p.rules[i]).find(|r| r.kind == RuleKind::Error && r.cause.is_some())?;
+    let hint = match r.hint.as_deref() {
+        Some(h) if r.re.groups() > 0 => Some(fill(h, r.re.get().captures(message).as_ref())),
+        h => h.map(String::from),
+    };
+    Some((r.cause?, hint))
+}
+
+/// A hint's `{group}` (or `{a|b}`: the first of them the line captured) replaced by what the rule's named group
+/// captured on the line: the path, the flag, the variable the error names. A group the line did not capture
+/// reads "the one the error names".
+pub fn fill(hint: &str, c: Option<&regex::Captures>) -> String {
+    let mut out = String::with_capacity(hint.len());
+    let mut rest = hint;
+    while let Some(i) = rest.find('{') {
+        let Some(j) = rest[i..].find('}') else { break };
+        let names = &rest[i + 1..i + j];
+        if names.is_empty() || !names.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '|') {
+            out.push_str(&rest[..=i]);
+            rest = &rest[i + 1..];
+            continue;
+        }
+        out.push_str(&rest[..i]);
+        let got =
+            names.split('|').find_map(|n| c.and_then(|c| c.name(n)).map(|m| m.as_str()).filter(|v| !v.is_empty()));
+        out.push_str(got.unwrap_or("the one the error names"));
+        rest = &rest[i + j + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn hit_of(r: &Rule, message: &str) -> Option<Hit> {
@@ -240,7 +266,7 @@ fn hit(r: &Rule, c: Option<&regex::Captures>) -> Hit {
         phase: r.phase,
         again: r.again,
         cause: r.cause,
-        hint: r.hint.clone(),
+        hint: r.hint.as_deref().map(|h| fill(h, c)),
         terminal: r.terminal,
         force: r.force,
         k: num("k"),

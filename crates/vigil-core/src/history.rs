@@ -338,15 +338,35 @@ pub struct Change {
     pub after: Option<String>,
 }
 
-/// What differs in `now` from the facts of `good` (the last good start of the key).
+/// Where a start's facts of one kind came from: `from:flags` is `command` (the launch command: what the user
+/// set) or `log` (the arguments a server prints, for a run vigil attached to); `from:env` is `launch` when the
+/// environment was read at launch. Not facts themselves: never a change.
+pub const FROM_FLAGS: &str = "from:flags";
+pub const FROM_ENV: &str = "from:env";
+
+/// What differs in `now` from the facts of `good` (the last good start of the key), user-set items first
+/// (flags, environment, model files, then versions and the rest). What the user set is compared (issue #33):
+/// a value `now` lacks is a change only where both starts know all of that kind (flags from the launch command,
+/// the environment read at launch); a value missing from a crashed start's log (a version line, the arguments a
+/// server prints once it got that far) is not a change.
 pub fn what_changed(good: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> Vec<Change> {
+    let both =
+        |marker: &str, v: &str| good.get(marker).is_some_and(|x| x == v) && now.get(marker).is_some_and(|x| x == v);
+    let complete = |k: &str| {
+        (k.starts_with("flag:") && both(FROM_FLAGS, "command")) || (k.starts_with("env:") && both(FROM_ENV, "launch"))
+    };
     let mut out = Vec::new();
     for k in now.keys().chain(good.keys().filter(|k| !now.contains_key(*k))) {
+        if k.starts_with("from:") {
+            continue;
+        }
         let (a, b) = (good.get(k), now.get(k));
-        if a != b {
+        if a != b && (b.is_some() || complete(k)) {
             out.push(Change { item: k.clone(), before: a.cloned(), after: b.cloned() });
         }
     }
+    let rank = |c: &Change| ["flag:", "env:", "config:"].iter().position(|p| c.item.starts_with(p)).unwrap_or(3);
+    out.sort_by_key(rank);
     out
 }
 
@@ -463,8 +483,38 @@ mod tests {
         let b: BTreeMap<String, String> =
             [("version:x".into(), "2".into()), ("config:model".into(), "ab".into())].into();
         let c = what_changed(&a, &b);
-        assert_eq!(c.len(), 3);
+        // the environment gone from `now` is no change unless both starts read it at launch
+        assert_eq!(c.len(), 2);
         assert_eq!(c[0], Change { item: "config:model".into(), before: None, after: Some("ab".into()) });
-        assert_eq!(c[2].item, "env:NCCL_ALGO");
+        assert_eq!(c[1].item, "version:x");
+        let launch = |mut m: BTreeMap<String, String>| {
+            m.insert(FROM_ENV.into(), "launch".into());
+            m
+        };
+        let c = what_changed(&launch(a), &launch(b));
+        assert_eq!(
+            c.iter().map(|c| c.item.as_str()).collect::<Vec<_>>(),
+            ["env:NCCL_ALGO", "config:model", "version:x"]
+        );
+    }
+
+    /// Issue #33: what the user set is compared; a crashed start that never printed its arguments (or a version)
+    /// changed none of them.
+    #[test]
+    fn a_value_missing_from_a_crashed_start_is_no_change() {
+        let m = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let good =
+            m(&[(FROM_FLAGS, "command"), ("flag:tp_size", "1"), ("flag:port", "30000"), ("version:sglang", "0.5.17")]);
+        let now = m(&[(FROM_FLAGS, "command"), ("flag:tp_size", "3"), ("flag:port", "30000")]);
+        let c = what_changed(&good, &now);
+        assert_eq!(c, vec![Change { item: "flag:tp_size".into(), before: Some("1".into()), after: Some("3".into()) }]);
+        // flags a server printed (an attached run): one the crashed start did not print is not unset
+        let printed = m(&[(FROM_FLAGS, "log"), ("flag:tp_size", "1"), ("flag:chunked_prefill_size", "8192")]);
+        assert!(what_changed(&printed, &m(&[(FROM_FLAGS, "log")])).is_empty());
+        // a flag the user dropped from the command line is a change
+        let dropped = what_changed(&good, &m(&[(FROM_FLAGS, "command"), ("flag:port", "30000")]));
+        assert_eq!(dropped[0], Change { item: "flag:tp_size".into(), before: Some("1".into()), after: None });
     }
 }

@@ -146,9 +146,40 @@ pub struct GpuFact {
     pub describe: String,
 }
 
+/// What the kernel recorded of OOM kills while the server ran, read by the binary when the exit came (issue #33):
+/// blame on the OOM killer needs this evidence, not a server's guess.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelOom {
+    /// Each place that was read, with what it showed: "/proc/vmstat oom_kill 3 -> 4",
+    /// "memory.events of cgroup /x: oom_kill 0 -> 0". Empty: nothing could be read, so nothing is known.
+    pub read: Vec<String>,
+    /// The machine's count (`/proc/vmstat`) moved during the run; None: not read.
+    pub machine: Option<bool>,
+    /// The count of the server's own memory cgroup moved; None: not read. The kernel counts a kill in the
+    /// victim's cgroup, so this one names the server's processes, where the machine's may be anyone's.
+    pub cgroup: Option<bool>,
+}
+
+impl KernelOom {
+    fn evidence(&self) -> String {
+        self.read.join("; ")
+    }
+
+    /// The kernel OOM-killed one of the server's processes: its cgroup counted a kill; without a readable
+    /// cgroup, the machine counted one and the server itself died of SIGKILL.
+    fn blames(&self, sigkill: bool) -> bool {
+        match self.cgroup {
+            Some(c) => c,
+            None => sigkill && self.machine == Some(true),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Input {
     Line(Box<Line>),
+    /// The kernel's OOM-kill record, told just before the exit it explains.
+    KernelOom(KernelOom),
     /// A GPU sample: any change in the tree's GPU memory is progress; utilisation never counts.
     Gpu(GpuFact),
     Probe(ProbeOutcome),
@@ -385,6 +416,10 @@ struct Block {
     last_at: u64,
     /// Holds a request-scoped failure: the block does not prove a crash when the text ends in it.
     benign: bool,
+    /// The root cause in one line (issue #33): the line that named the block's cause, else its last error line
+    /// that is not a frame (the exception at the bottom of a traceback); with `root_named` once a cause named it.
+    root: Option<String>,
+    root_named: bool,
 }
 
 impl Block {
@@ -443,6 +478,7 @@ pub struct Judge {
     ready_marker: bool,
     shutdown: bool,
     exit: Option<ExitInfo>,
+    kernel_oom: Option<KernelOom>,
     degraded: Option<String>,
     probe_fail_since: Option<u64>,
     gpu: Option<GpuFact>,
@@ -482,6 +518,7 @@ impl Judge {
             ready_marker: false,
             shutdown: false,
             exit: None,
+            kernel_oom: None,
             degraded: None,
             probe_fail_since: None,
             gpu: None,
@@ -668,6 +705,7 @@ impl Judge {
             }
             Input::Probe(p) => self.on_probe(p, &mut ev),
             Input::Exit(x) => self.on_exit(x, &mut ev),
+            Input::KernelOom(k) => self.kernel_oom = Some(k),
             Input::EngineDied(d) => {
                 let open = matches!(self.state, Verdict::Starting | Verdict::Ready | Verdict::Unhealthy);
                 if open && !self.shutdown && self.engine_death.is_none() {
@@ -763,6 +801,12 @@ impl Judge {
         if let (Some(h), Some(b)) = (&hit, &mut self.block) {
             b.benign |= h.kind == RuleKind::RequestError;
             b.error |= h.kind == RuleKind::Error && h.profile != "generic" || h.cause.is_some() || h.terminal;
+            let framework_only = h.profile == "generic" && matches!(h.rule.as_str(), "traceback" | "python-frame");
+            let names_error = h.kind == RuleKind::Error && !framework_only && !l.message.contains("File \"");
+            if names_error && (h.cause.is_some() || !b.root_named) {
+                b.root = Some(l.message.trim().chars().take(240).collect());
+                b.root_named |= h.cause.is_some();
+            }
             if matches!(h.kind, RuleKind::Error | RuleKind::Implies) {
                 if let Some(c) = h.cause {
                     b.cause = Some(c);
@@ -1014,7 +1058,32 @@ impl Judge {
                 b.cause = Some(c);
             }
         }
-        let detail = x.describe() + &self.engine_note();
+        let mut detail = x.describe();
+        // Blame on the OOM killer needs the kernel's record (issue #33): a SIGKILL of the server with an OOM kill
+        // counted during the run, or one counted in the server's own cgroup however the server then ended
+        // (SGLang's root exits on its own after a child was killed). A SIGKILL with the counters read and still
+        // is someone else's.
+        let sigkill = x.ours && x.signal == Some(9);
+        if let Some(k) = self.kernel_oom.clone().filter(|k| !k.read.is_empty()) {
+            let soft = matches!(b.cause, None | Some(Cause::Killed | Cause::EngineDead | Cause::Unknown));
+            if k.blames(sigkill) && soft {
+                b.cause = Some(Cause::HostOom);
+                b.hint = None;
+                detail = format!("{detail}: the kernel's OOM killer ({})", k.evidence());
+            } else if sigkill && !k.blames(sigkill) {
+                let whose = if k.cgroup.is_some() { " of the server's cgroup" } else { "" };
+                detail = format!("{detail} from outside; the kernel recorded no OOM kill{whose} ({})", k.evidence());
+                if b.cause == Some(Cause::Killed) {
+                    b.hint = Some(
+                        "the process was SIGKILLed from outside, not by the OOM killer (the kernel counted none): look \
+                         for who sent it (an operator's kill, systemd's stop timeout, the kubelet, a job scheduler's \
+                         limit)"
+                            .into(),
+                    );
+                }
+            }
+        }
+        let detail = detail + &self.engine_note();
         self.crash_detail(b, Some(detail), ev);
     }
 
@@ -1079,12 +1148,18 @@ impl Judge {
         if self.now.saturating_sub(at) < self.cfg.quiet_ms || self.shutdown {
             return;
         }
-        let detail = format!("{} died while the server process lives", d.describe());
+        let mut detail = format!("{} died while the server process lives", d.describe());
+        // an engine that vanished without a word, with the kernel's OOM kill counted for the server's cgroup (or,
+        // none readable, the machine's): the OOM killer's victim (issue #33)
+        let oom = self.kernel_oom.clone().filter(|k| k.blames(true));
+        if let Some(k) = &oom {
+            detail = format!("{detail}: the kernel's OOM killer ({})", k.evidence());
+        }
         match self.state {
             Verdict::Starting => {
                 let mut b = self.block.take().unwrap_or_default();
-                if b.cause.is_none() {
-                    b.cause = Some(Cause::EngineDead);
+                if b.cause.is_none() || (oom.is_some() && b.cause == Some(Cause::Unknown)) {
+                    b.cause = Some(if oom.is_some() { Cause::HostOom } else { Cause::EngineDead });
                     b.hint = None;
                 }
                 self.crash_detail(b, Some(detail), ev);
@@ -1127,6 +1202,11 @@ impl Judge {
         });
         let cause = b.cause.unwrap_or(Cause::Unknown);
         let hint = b.hint.clone().or_else(|| Some(hint_for(cause, phase).to_string()));
+        // the detail leads with the root cause the text names, then how the process ended
+        let detail = match (b.root.clone(), detail) {
+            (Some(r), Some(d)) => Some(format!("{r}; {d}")),
+            (r, d) => r.or(d),
+        };
         self.state = Verdict::Crashed;
         let r = self.make_report(Verdict::Crashed, phase, Some(cause), hint, detail, b.lines());
         self.emit(r, ev);
@@ -1363,13 +1443,14 @@ fn stall_hint(p: Phase) -> &'static str {
     }
 }
 
-/// Formats milliseconds as a short human duration (1.2s, 3m05s, 8h12m).
+/// Formats milliseconds as a short human duration, as measured (1.2s, 29.8s, 30s, 3m05s, 8h12m): tenths under a
+/// minute (not a whole ten seconds' `.0`), rounded down so a limit not yet reached never reads as reached.
 pub fn fmt_ms(ms: u64) -> String {
     let s = ms / 1000;
     if ms < 1000 {
         format!("{ms}ms")
-    } else if ms < 10_000 {
-        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if s < 10 || (s < 60 && ms % 1000 >= 100) {
+        format!("{}.{}s", s, (ms % 1000) / 100)
     } else if s < 60 {
         format!("{s}s")
     } else if s < 3600 {

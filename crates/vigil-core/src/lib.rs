@@ -19,7 +19,7 @@ pub mod tree;
 pub mod types;
 
 pub use classify::{Classifier, Line};
-pub use judge::{Event, ExitInfo, Fact, GpuFact, Input, Judge, JudgeConfig, ProbeOutcome, Report};
+pub use judge::{Event, ExitInfo, Fact, GpuFact, Input, Judge, JudgeConfig, KernelOom, ProbeOutcome, Report};
 pub use profile::{Profile, Profiles};
 pub use tree::{EngineDeath, ProcSample, TreeSample, TreeWatch};
 pub use types::{Cause, Phase, Verdict};

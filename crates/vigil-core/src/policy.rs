@@ -76,6 +76,10 @@ pub struct StallAction {
     /// Why the stop could not be done or proven (the node did not answer): nothing is claimed then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// For people, after the outcome: how to stop what was kept (`` `vigil down NAME` stops it ``), who holds
+    /// a port the stop did not free.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl StallAction {
@@ -92,12 +96,14 @@ impl StallAction {
             gpu_released: None,
             host: None,
             failed: None,
+            note: None,
         }
     }
 
-    /// One line for people, the verdict's detail and the event alike: the verdict acted on, what was done to
-    /// what, the flag that said so, then the outcome, e.g. `crashed: stopped the leftover processes
-    /// (--on-stall stop): 2 process(es), none left; port 8080 free`.
+    /// One line for people and the event: the verdict acted on, what was done to what, then the outcome, e.g.
+    /// `crashed: stopped the leftover processes: 2 process(es), none left; port 8080 free`. The flag is named
+    /// where it is this verdict's (`--on-stall` on a stall); the clean-up after a crash or a dead engine is
+    /// the run's, and it is never put in the verdict's detail (the root cause is; issue #33).
     pub fn line(&self) -> String {
         let what = subject(self.verdict, self.cause).unwrap_or("the server");
         let on = self.host.as_deref().map(|h| format!(" on {h}")).unwrap_or_default();
@@ -108,6 +114,7 @@ impl StallAction {
             }
             OnStall::Stop => (format!("stopped {what}{on}"), "stop"),
         };
+        let flag = if self.verdict == Verdict::Stalled { format!(" (--on-stall {flag})") } else { String::new() };
         let n = self.pids.len();
         let outcome = match (self.action, &self.failed) {
             (_, Some(f)) => f.clone(),
@@ -123,7 +130,8 @@ impl StallAction {
             (Some(p), Some(false)) => format!("; port {p} still taken"),
             _ => String::new(),
         };
-        format!("{}: {done} (--on-stall {flag}): {outcome}{port}", self.verdict)
+        let note = self.note.as_deref().map(|c| format!("; {c}")).unwrap_or_default();
+        format!("{}: {done}{flag}: {outcome}{port}{note}", self.verdict)
     }
 }
 
@@ -143,20 +151,14 @@ mod tests {
         a.pids = vec![10, 11];
         a.port = Some(8080);
         a.port_free = Some(true);
-        assert_eq!(
-            a.line(),
-            "crashed: stopped the leftover processes (--on-stall stop): 2 process(es), none left; port 8080 free"
-        );
+        assert_eq!(a.line(), "crashed: stopped the leftover processes: 2 process(es), none left; port 8080 free");
         let mut s = StallAction::new(OnStall::Stop, &report(Verdict::Stalled, None));
         s.pids = vec![10];
         s.survivors = vec![10];
         assert_eq!(s.line(), "stalled: could not stop the stuck server (--on-stall stop): pids [10] still alive");
         let mut u = StallAction::new(OnStall::Keep, &report(Verdict::Unhealthy, Some(Cause::EngineDead)));
         u.host = Some("gpu7".into());
-        assert_eq!(
-            u.line(),
-            "unhealthy: kept the server whose engine died running on gpu7 (--on-stall keep): left as it is"
-        );
+        assert_eq!(u.line(), "unhealthy: kept the server whose engine died running on gpu7: left as it is");
         let mut f = StallAction::new(OnStall::Stop, &report(Verdict::Stalled, None));
         f.host = Some("gpu7".into());
         f.failed = Some("the connection to gpu7 was lost".into());

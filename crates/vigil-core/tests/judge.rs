@@ -140,6 +140,84 @@ fn exit_before_ready() {
     assert!(r.detail.as_deref().unwrap().contains("not our child"));
 }
 
+/// Issue #33: blame on the OOM killer needs the kernel's record. A SIGKILL with an OOM kill counted during the
+/// run is host_oom and cites the counter; with the counters read and still, killed from outside; a server's own
+/// guess ("a common cause is the OS OOM killer") stays a hint.
+#[test]
+fn host_oom_needs_the_kernels_record() {
+    let p = builtin();
+    let sigkill = ExitInfo { code: None, signal: Some(9), ours: true };
+    let end = |k: Option<KernelOom>, x: ExitInfo, text: &str| {
+        let mut j = Judge::new(live(60_000));
+        feed(&mut j, 0, line(p, "llama-cpp", LOAD));
+        if !text.is_empty() {
+            feed(&mut j, 1, line(p, "sglang", text));
+        }
+        if let Some(k) = k {
+            feed(&mut j, 4, Input::KernelOom(k));
+        }
+        verdict_of(&feed(&mut j, 5, Input::Exit(x))).unwrap().clone()
+    };
+    let moved = KernelOom { read: vec!["/proc/vmstat oom_kill 3 -> 4".into()], machine: Some(true), cgroup: None };
+    let r = end(Some(moved.clone()), sigkill.clone(), "");
+    assert_eq!((r.verdict, r.cause), (Verdict::Crashed, Some(Cause::HostOom)));
+    let d = r.detail.unwrap();
+    assert!(d.contains("killed by SIGKILL: the kernel's OOM killer (/proc/vmstat oom_kill 3 -> 4)"), "{d}");
+    // the counters read and still: someone else's SIGKILL
+    let still = KernelOom { read: vec!["/proc/vmstat oom_kill 3 -> 3".into()], machine: Some(false), cgroup: None };
+    let r = end(Some(still), sigkill.clone(), "");
+    assert_eq!(r.cause, Some(Cause::Killed));
+    let d = r.detail.unwrap();
+    assert!(
+        d.contains("killed by SIGKILL from outside; the kernel recorded no OOM kill (/proc/vmstat oom_kill 3 -> 3)"),
+        "{d}"
+    );
+    // the machine counted a kill, the server's own cgroup none: another process was the victim
+    let elsewhere = KernelOom {
+        read: vec!["/proc/vmstat oom_kill 3 -> 4".into(), "memory.events of cgroup /srv: oom_kill 0 -> 0".into()],
+        machine: Some(true),
+        cgroup: Some(false),
+    };
+    let r = end(Some(elsewhere), sigkill.clone(), "");
+    assert_eq!(r.cause, Some(Cause::Killed));
+    assert!(r.detail.unwrap().contains("the kernel recorded no OOM kill of the server's cgroup"));
+    // nothing readable: nothing claimed either way
+    let r = end(Some(KernelOom::default()), sigkill.clone(), "");
+    assert_eq!(r.cause, Some(Cause::Killed));
+    assert!(!r.detail.unwrap().contains("OOM"));
+    // the machine's counter moved but the server ended on its own (status 1): another process's OOM kill
+    let r = end(Some(moved), ExitInfo { code: Some(1), signal: None, ours: true }, "");
+    assert_ne!(r.cause, Some(Cause::HostOom));
+    // the server's own cgroup counted one: its child was the victim, however the root then ended
+    let ours = KernelOom {
+        read: vec!["/proc/vmstat oom_kill 3 -> 4".into(), "memory.events of cgroup /srv: oom_kill 0 -> 1".into()],
+        machine: Some(true),
+        cgroup: Some(true),
+    };
+    let died = "[2026-01-01 00:00:01] Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.";
+    let r = end(Some(ours.clone()), ExitInfo { code: Some(1), signal: None, ours: true }, died);
+    assert_eq!(r.cause, Some(Cause::HostOom));
+    // an engine that vanished while the server lives, with the kill counted in the server's cgroup
+    let mut j = Judge::new(JudgeConfig { quiet_ms: 1_500, ..live(60_000) });
+    feed(&mut j, 0, line(p, "llama-cpp", LOAD));
+    let gone = EngineDeath {
+        pid: 7,
+        title: "sglang::scheduler".into(),
+        by: vigil_core::tree::EngineBy::Title,
+        gpu_mib: 0,
+        lived_ms: 5_000,
+    };
+    feed(&mut j, 10, Input::KernelOom(ours.clone()));
+    feed(&mut j, 10, Input::EngineDied(gone));
+    let r = verdict_of(&feed(&mut j, 2_000, Input::Tick)).unwrap().clone();
+    assert_eq!((r.verdict, r.cause), (Verdict::Crashed, Some(Cause::HostOom)));
+    assert!(r.detail.unwrap().contains("died while the server process lives: the kernel's OOM killer (/proc/vmstat"));
+    // offline, the server's sentence alone is no evidence
+    let r = vigil_core::diagnose_text(p, Some("sglang"), died);
+    assert_eq!(r.cause, Some(Cause::Killed));
+    assert!(r.hint.unwrap().contains("OOM killer is a common cause"));
+}
+
 #[test]
 fn stall_fires_at_last_progress_plus_limit() {
     let p = builtin();

@@ -760,7 +760,7 @@ fn e2e_remote_on_stall_stop_stops_the_run_on_the_node() {
     assert!(act.get("survivors").is_none() && act.get("failed").is_none(), "{act}");
     assert!(gone(pid as i32), "the stalled server is still running after --on-stall stop");
     let detail = verdict(&v)["detail"].as_str().unwrap_or_default().to_string();
-    assert!(detail.contains("stalled: stopped the stuck server on node-a (--on-stall stop)"), "{}", text(&o));
+    assert!(!detail.contains("--on-stall"), "the clean-up is the on_stall event's, not the detail: {}", text(&o));
     assert_eq!(act["verdict"], "stalled", "{act}");
 }
 

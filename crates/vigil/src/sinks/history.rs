@@ -47,6 +47,9 @@ pub fn slow_text(x: &Slow) -> String {
 }
 
 /// The verdict summary's history lines: baseline, slow phases, what changed.
+/// Changes a verdict shows people (the command line's first): all of them are in `vigil history` and the JSON.
+const SHOWN_CHANGES: usize = 10;
+
 pub fn summary_lines(r: &Report) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(b) = &r.baseline {
@@ -67,8 +70,12 @@ pub fn summary_lines(r: &Report) -> Vec<String> {
     }
     if !r.changes.is_empty() {
         out.push("  changed since the last good start:".into());
-        for c in &r.changes {
+        for c in r.changes.iter().take(SHOWN_CHANGES) {
             out.push(format!("    {}", change_text(c)));
+        }
+        if r.changes.len() > SHOWN_CHANGES {
+            let more = r.changes.len() - SHOWN_CHANGES;
+            out.push(format!("    … and {more} more (`vigil history`, the JSON verdict)"));
         }
     }
     out

@@ -32,6 +32,9 @@ pub struct Reporter {
     tag: Option<(String, Option<usize>)>,
     /// People see the judge's phase changes (a watch); off for `diagnose`, whose text output is the verdict.
     judge_events_in_text: bool,
+    /// Lines an evidence event already showed people (its per-process lines and where it was saved): the
+    /// verdict's summary does not repeat them (the JSON verdict keeps them all).
+    told_evidence: Vec<String>,
 }
 
 pub fn is_tty(fd: i32) -> bool {
@@ -67,6 +70,7 @@ impl Reporter {
             heartbeat_every: Duration::from_secs(60),
             tag: None,
             judge_events_in_text: true,
+            told_evidence: Vec::new(),
         }
     }
 
@@ -112,9 +116,15 @@ impl Reporter {
 
     /// Prints text whose foreign parts were made [`printable`] already, painted with vigil's own colours.
     fn print_painted(&mut self, s: &str) {
+        // every line carries the tag: a fleet's ranks print into one stream, a verdict's lines included
         let s = match &self.tag {
-            Some((h, Some(r))) => format!("[{h} rank {r}] {s}"),
-            Some((h, None)) => format!("[{h}] {s}"),
+            Some((h, r)) => {
+                let tag = match r {
+                    Some(r) => format!("[{h} rank {r}] "),
+                    None => format!("[{h}] "),
+                };
+                s.lines().map(|l| format!("{tag}{l}")).collect::<Vec<_>>().join("\n")
+            }
             None => s.to_string(),
         };
         let s = self.redact(&s);
@@ -250,7 +260,9 @@ impl Reporter {
                 self.print(&s);
                 for l in e.lines() {
                     self.print(&format!("            {l}"));
+                    self.told_evidence.push(l);
                 }
+                self.told_evidence.push(format!("evidence saved in {}", e.dir));
                 let mut notes: Vec<&String> = e.notes.iter().chain(e.procs.iter().flat_map(|p| &p.notes)).collect();
                 notes.sort();
                 notes.dedup();
@@ -339,6 +351,17 @@ impl Reporter {
                 self.json(v);
             }
             _ => {
+                // what the evidence event showed is not repeated under the verdict
+                let told = std::mem::take(&mut self.told_evidence);
+                let shown;
+                let r = if told.is_empty() {
+                    r
+                } else {
+                    let mut c = r.clone();
+                    c.evidence.retain(|l| !told.contains(l));
+                    shown = c;
+                    &shown
+                };
                 // its foreign parts are made printable inside, vigil's colours kept
                 let text = summary(r, file, |s, c| self.paint(s, c));
                 if self.mode == Mode::Quiet {
@@ -640,7 +663,7 @@ mod tests {
             "[ 80.10s] phase cuda_graphs → http\n",
             "[ 83.40s] phase http → serving\n",
             "vigil: READY after 1m23s (vllm)\n",
-            "  timeline: launch 2.1s → weights 41s → kv_cache 6.9s → cuda_graphs 29s → http 3.3s → serving ?\n",
+            "  timeline: launch 2.1s → weights 41.3s → kv_cache 6.9s → cuda_graphs 29.8s → http 3.3s → serving ?\n",
         );
         assert_eq!(out.text(), want);
     }
@@ -656,7 +679,9 @@ mod tests {
              --gpu-memory-utilization) or the CUDA-graph max batch size"
                 .into(),
         );
-        crashed.detail = Some("the server exited with status 1".into());
+        crashed.detail = Some(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 672.00 MiB.; exited with status 1".into(),
+        );
         crashed.timeline = vec![
             tl(Phase::Launch, 0, Some(1_900)),
             tl(Phase::Weights, 1_900, Some(38_000)),
@@ -669,6 +694,9 @@ mod tests {
         ];
         // with evidence, the last lines are not shown
         crashed.last_lines = vec!["INFO last line".into()];
+        // the clean-up after a crash is its own line, and names no --on-stall (a crash is no stall)
+        let mut cleanup = StallAction::new(OnStall::Stop, &crashed);
+        (cleanup.pids, cleanup.port, cleanup.port_free) = (vec![42, 43], Some(8000), Some(true));
         render(
             &mut r,
             vec![
@@ -683,6 +711,7 @@ mod tests {
                         went_on: "Capturing batches (bs=16)".into(),
                     },
                 ),
+                Told::Event(61_700, Event::OnStall(cleanup)),
                 Told::Verdict(61_700, Box::new(crashed)),
             ],
         );
@@ -691,8 +720,9 @@ mod tests {
             "[ 39.90s] phase weights → kv_cache\n",
             "[ 47.30s] phase kv_cache → cuda_graphs\n",
             "[ 61.00s] retried in cuda_graphs: `RuntimeError: NCCL timeout`, then `Capturing batches (bs=16)`\n",
+            "[ 61.70s] crashed: stopped the leftover processes: 2 process(es), none left; port 8000 free\n",
             "vigil: CRASHED in cuda_graphs — cause gpu_oom after 1m01s (vllm)\n",
-            "  detail: the server exited with status 1\n",
+            "  detail: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 672.00 MiB.; exited with status 1\n",
             "  hint: out of GPU memory during graph capture/compile: lower the memory fraction (--mem-fraction-static / \
              --gpu-memory-utilization) or the CUDA-graph max batch size\n",
             "  timeline: launch 1.9s → weights 38s → kv_cache 7.4s → cuda_graphs ?\n",
@@ -800,10 +830,6 @@ mod tests {
              memory flat; the evidence shows where each rank is (`vigil dump NAME` takes it again), or disable CUDA \
              graphs to confirm\n",
             "  timeline: launch 2.0s → weights 1m30s → cuda_graphs ?\n",
-            "  evidence:\n",
-            "    | pid 42 `python3 -m vllm.entrypoints.openai.api_server`: `run_engine_core` in vllm/v1/engine/core.py:390\n",
-            "    | pids 43, 44 (`VllmWorker-0` and 1 more): `all_reduce` in torch/distributed/distributed_c10d.py:2501\n",
-            "    | evidence saved in /runs/a/evidence-20250101-120000\n",
         );
         assert_eq!(out.text(), want);
     }
@@ -883,18 +909,18 @@ mod tests {
             text.push_str(&l);
             text.push('\n');
         }
-        // TTY reporters that are tagged turn plain and lose their color; a verdict's lines after the first
-        // are not tagged (they follow their tagged headline at once).
+        // TTY reporters that are tagged turn plain and lose their color; every line of a verdict carries the
+        // tag (ranks print into one stream).
         let want = concat!(
             "[node-a rank 0] [  0.90s] phase launch → weights\n",
             "[node-b rank 1] [  1.20s] phase launch → weights\n",
             "[  1.20s] multi-node: weights (least advanced: rank 1 on node-b)\n",
             "[node-a rank 0] [  4.00s] phase weights → kv_cache\n",
             "[node-b rank 1] vigil: CRASHED in weights — cause model_file after 4.3s (llama-cpp)\n",
-            "  hint: the model file is missing, truncated or not a model: check the path and the file's size\n",
-            "  timeline: launch 1.2s → weights ?\n",
-            "  evidence:\n",
-            "    | gguf_init_from_file_impl: failed to read tensor data\n",
+            "[node-b rank 1]   hint: the model file is missing, truncated or not a model: check the path and the file's size\n",
+            "[node-b rank 1]   timeline: launch 1.2s → weights ?\n",
+            "[node-b rank 1]   evidence:\n",
+            "[node-b rank 1]     | gguf_init_from_file_impl: failed to read tensor data\n",
             "[  4.30s] one rank failed: stopping the other ranks (a multi-node server cannot run without them)\n",
             "[node-a rank 0] [  6.10s] stopped: 1 process(es), none left\n",
             "multi-node server: CRASHED — rank 1 on node-b: model_file in weights after 4.3s\n",
@@ -903,5 +929,87 @@ mod tests {
             "node-b                   1     crashed            weights      model_file in weights after 4.3s\n",
         );
         assert_eq!(text, want);
+    }
+
+    /// The verdict of a live judge: the llama-server's loading line, the kernel's OOM record (if any), the exit.
+    fn judged(oom: Option<vigil_core::KernelOom>, exit: vigil_core::ExitInfo) -> Report {
+        use vigil_core::{Classifier, Fact, Input, Judge, JudgeConfig, Profiles};
+        let p = Profiles::builtin();
+        let cfg = JudgeConfig { live: true, ..JudgeConfig::default() };
+        let mut j = Judge::new(cfg);
+        let mut c = Classifier::new(&p, Some("llama-cpp"));
+        let at = |ms, input| Fact { at: Some(ms), input };
+        let lines = [
+            "0.00.001.000 I main: build 1 (0c1e570) with cc for x86_64-linux-gnu",
+            "0.00.003.985 I srv    load_model: loading model '/models/tiny.gguf'",
+        ];
+        for (i, l) in lines.iter().enumerate() {
+            j.feed(at(i as u64 * 4, Input::Line(Box::new(c.classify(l)))));
+        }
+        if let Some(k) = oom {
+            j.feed(at(29_790, Input::KernelOom(k)));
+        }
+        let ev = j.feed(at(29_800, Input::Exit(exit)));
+        ev.iter()
+            .find_map(|e| match e {
+                Event::Verdict(r) => Some((**r).clone()),
+                _ => None,
+            })
+            .expect("a verdict at the exit")
+    }
+
+    /// Issue #33: a SIGKILL from outside, the kernel's counters read and still.
+    #[test]
+    fn a_kill_from_outside() {
+        let (mut r, out) = plain();
+        let still = vigil_core::KernelOom {
+            read: vec![
+                "/proc/vmstat oom_kill 0 -> 0".into(),
+                "memory.events of cgroup /user.slice/run-7.scope: oom_kill 0 -> 0".into(),
+            ],
+            machine: Some(false),
+            cgroup: Some(false),
+        };
+        let v = judged(Some(still), vigil_core::ExitInfo { code: None, signal: Some(9), ours: true });
+        render(&mut r, vec![Told::Verdict(29_800, Box::new(v))]);
+        let want = concat!(
+            "vigil: CRASHED in weights — cause killed after 29.8s\n",
+            "  detail: killed by SIGKILL from outside; the kernel recorded no OOM kill of the server's cgroup \
+             (/proc/vmstat oom_kill 0 -> 0; memory.events of cgroup /user.slice/run-7.scope: oom_kill 0 -> 0)\n",
+            "  hint: the process was SIGKILLed from outside, not by the OOM killer (the kernel counted none): look for \
+             who sent it (an operator's kill, systemd's stop timeout, the kubelet, a job scheduler's limit)\n",
+            "  timeline: launch 4ms → weights 29.7s\n",
+            "  last lines:\n",
+            "    | 0.00.001.000 I main: build 1 (0c1e570) with cc for x86_64-linux-gnu\n",
+            "    | 0.00.003.985 I srv    load_model: loading model '/models/tiny.gguf'\n",
+        );
+        assert_eq!(out.text(), want);
+    }
+
+    /// Issue #33: the kernel's OOM killer, with its record cited.
+    #[test]
+    fn an_oom_kill() {
+        let (mut r, out) = plain();
+        let moved = vigil_core::KernelOom {
+            read: vec![
+                "/proc/vmstat oom_kill 2 -> 3".into(),
+                "memory.oom_control of cgroup /vigil-test: oom_kill 0 -> 1".into(),
+            ],
+            machine: Some(true),
+            cgroup: Some(true),
+        };
+        let v = judged(Some(moved), vigil_core::ExitInfo { code: None, signal: Some(9), ours: true });
+        render(&mut r, vec![Told::Verdict(29_800, Box::new(v))]);
+        let want = concat!(
+            "vigil: CRASHED in weights — cause host_oom after 29.8s\n",
+            "  detail: killed by SIGKILL: the kernel's OOM killer (/proc/vmstat oom_kill 2 -> 3; memory.oom_control of \
+             cgroup /vigil-test: oom_kill 0 -> 1)\n",
+            "  hint: the OS OOM killer ended a process: the host ran out of RAM; check `dmesg -T | grep -i oom`\n",
+            "  timeline: launch 4ms → weights 29.7s\n",
+            "  last lines:\n",
+            "    | 0.00.001.000 I main: build 1 (0c1e570) with cc for x86_64-linux-gnu\n",
+            "    | 0.00.003.985 I srv    load_model: loading model '/models/tiny.gguf'\n",
+        );
+        assert_eq!(out.text(), want);
     }
 }

@@ -289,6 +289,21 @@ fn parse_argv(argv: &[String], al: &BTreeMap<String, String>) -> BTreeMap<String
 /// `name=value`, `'name': value` and `name: value` pairs of an arguments log line (SGLang's
 /// `server_args=ServerArgs(…)`, vLLM's `non-default args: {…}`, TGI's `Args { … }`). `None` values
 /// are left out; `Some(x)` is x; quotes go.
+/// The flags of a start as facts (issue #33): what the launch command set, when there is one (what the user
+/// set); else what the server printed of its arguments (a run vigil attached to). Which of the two is noted
+/// (`from:flags`): a flag missing from a log is no change, one dropped from a command line is.
+fn flag_facts(
+    argv_args: &BTreeMap<String, String>,
+    log_args: &BTreeMap<String, String>,
+    facts: &mut BTreeMap<String, String>,
+) {
+    let (from, args) = if argv_args.is_empty() { ("log", log_args) } else { ("command", argv_args) };
+    for (k, v) in args {
+        facts.insert(format!("flag:{k}"), v.clone());
+    }
+    facts.insert(core::FROM_FLAGS.into(), from.into());
+}
+
 pub fn parse_args_text(text: &str, al: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     static PAIR: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
     let re = PAIR.get_or_init(|| {
@@ -601,14 +616,15 @@ impl Recorder {
         let local = Path::new(&model);
         let local_ok = !self.env.is_empty() && local.exists();
         let mut facts = BTreeMap::new();
-        for (k, v) in &args {
-            facts.insert(format!("flag:{k}"), v.clone());
-        }
+        flag_facts(&self.argv_args, &self.log_args, &mut facts);
         for (k, v) in &self.env {
             if self.spec.env_prefixes.iter().any(|p| k.starts_with(p.as_str())) && !crate::sinks::redact::secret_var(k)
             {
                 facts.insert(format!("env:{k}"), v.clone());
             }
+        }
+        if !self.env.is_empty() {
+            facts.insert(core::FROM_ENV.into(), "launch".into());
         }
         if local_ok {
             if let Some(h) = self.hash(local) {
@@ -942,7 +958,8 @@ pub fn imported(f: &Path, o: &Offline, profiles: &Profiles) -> Startup {
         .unwrap_or_else(|| format!("unknown ({name})"));
     let key_args =
         spec.key_flags.iter().filter_map(|g| o.args.get(&first_of(g)).map(|v| (first_of(g), v.clone()))).collect();
-    let mut facts: BTreeMap<String, String> = o.args.iter().map(|(k, v)| (format!("flag:{k}"), v.clone())).collect();
+    let mut facts = BTreeMap::new();
+    flag_facts(&BTreeMap::new(), &o.args, &mut facts);
     for (k, v) in &o.versions {
         facts.insert(format!("version:{k}"), v.clone());
     }
@@ -959,6 +976,62 @@ pub fn imported(f: &Path, o: &Offline, profiles: &Profiles) -> Startup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #33, from the captured logs of a real SGLang 0.5.17 (corpus/captured): a start that crashed
+    /// (`--tp-size 3` on one GPU) after a good one lists only what the user changed on the command line, where
+    /// comparing every argument the server printed listed the whole ServerArgs.
+    #[test]
+    fn a_crashed_sglang_start_lists_only_what_the_user_changed() {
+        let profiles = Profiles::builtin();
+        let generic = profiles.get("generic").unwrap().history.clone();
+        let spec = profiles.get("sglang").unwrap().history.with(&generic);
+        let al = aliases(&spec);
+        let res: Vec<Regex> = spec.args_line.iter().map(|a| Regex::new(a).unwrap()).collect();
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../corpus/captured");
+        let read = |name: &str| {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            let cmd = text.lines().find_map(|l| l.strip_prefix("# NOTE: command: ")).unwrap().to_string();
+            let argv: Vec<String> = cmd.split_whitespace().map(String::from).collect();
+            let printed = text
+                .lines()
+                .find_map(|l| res.iter().find_map(|r| r.captures(l)?.name("args").map(|a| a.as_str().to_string())))
+                .map(|a| parse_args_text(&a, &al))
+                .unwrap_or_default();
+            (parse_argv(&argv, &al), printed)
+        };
+        let facts = |(argv, printed): &(BTreeMap<String, String>, BTreeMap<String, String>)| {
+            let mut f = BTreeMap::new();
+            flag_facts(argv, printed, &mut f);
+            f
+        };
+        let good = read("sglang-0.5.17-eager.log");
+        let crashed = read("sglang-0.5.17-tp3.log");
+        assert!(good.1.len() > 50, "the good start printed its ServerArgs: {}", good.1.len());
+        let c = core::what_changed(&facts(&good), &facts(&crashed));
+        let items: Vec<&str> = c.iter().map(|c| c.item.as_str()).collect();
+        assert_eq!(
+            items,
+            ["flag:port", "flag:tp_size", "flag:disable_cuda_graph", "flag:mem_fraction_static"],
+            "{c:?}"
+        );
+        // a crashed start that died before printing its ServerArgs (what the GPU run showed) lists the same
+        let unprinted = (crashed.0.clone(), BTreeMap::new());
+        assert_eq!(core::what_changed(&facts(&good), &facts(&unprinted)), c);
+        let tp = c.iter().find(|c| c.item == "flag:tp_size").unwrap();
+        assert_eq!((tp.before.as_deref(), tp.after.as_deref()), (None, Some("3")));
+        // what the printed arguments gave (both starts printed them here): one line per differing field
+        let merged = |(argv, printed): &(BTreeMap<String, String>, BTreeMap<String, String>)| {
+            let mut f = BTreeMap::new();
+            let mut all = printed.clone();
+            all.extend(argv.clone());
+            flag_facts(&BTreeMap::new(), &all, &mut f);
+            f
+        };
+        let before = core::what_changed(&merged(&good), &merged(&crashed)).len();
+        eprintln!("changes listed: {} (comparing the printed arguments: {before})", items.len());
+        eprintln!("changes listed: {} (comparing the printed arguments: {before})", items.len());
+        assert!(before > items.len(), "{before}");
+    }
 
     #[test]
     fn args_from_the_three_log_formats() {

@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod gpu_health;
 pub mod history;
 pub mod lines;
+pub mod oom;
 pub mod probe;
 pub mod procs;
 pub mod proof;

@@ -51,7 +51,7 @@ pub async fn on_verdict(
                 Some(n) => format!("`vigil down {n}`"),
                 None => format!("`vigil down --pid {pid}`"),
             };
-            push_detail(r, &format!("{}; {how} stops it", act.line()));
+            act.note = Some(format!("{how} stops it"));
         }
         OnStall::Stop => {
             act.survivors = match (run_dir, run.filter(|r| !r.pids.is_empty())) {
@@ -89,11 +89,9 @@ pub async fn on_verdict(
                 }
                 act.port_free = Some(free);
             }
-            let holder = match (act.port, act.port_free) {
-                (Some(p), Some(false)) => format!(" ({})", crate::sources::procs::port_holder_text(p)),
-                _ => String::new(),
-            };
-            push_detail(r, &format!("{}{holder}", act.line()));
+            if let (Some(p), Some(false)) = (act.port, act.port_free) {
+                act.note = Some(crate::sources::procs::port_holder_text(p));
+            }
         }
     }
     rep.event(t_ms, &Event::OnStall(act));
@@ -115,26 +113,14 @@ pub async fn on_verdict_remote(
     let host = w.conn.dest.clone();
     let mut act = StallAction { host: Some(host.clone()), ..StallAction::new(policy, r) };
     match policy {
-        OnStall::Keep => {
-            push_detail(r, &format!("{}; `vigil --host {host} down {}` stops it", act.line(), w.name));
-        }
-        OnStall::Stop => {
-            match crate::node::ssh::stopped(&w.conn, &w.name, a.stop_grace, rep).await {
-                Ok(s) => {
-                    act.survivors = s.survivors;
-                    act.gpu_released = s.gpu_released;
-                }
-                Err(e) => act.failed = Some(e.message()),
+        OnStall::Keep => act.note = Some(format!("`vigil --host {host} down {}` stops it", w.name)),
+        OnStall::Stop => match crate::node::ssh::stopped(&w.conn, &w.name, a.stop_grace, rep).await {
+            Ok(s) => {
+                act.survivors = s.survivors;
+                act.gpu_released = s.gpu_released;
             }
-            push_detail(r, &act.line());
-        }
+            Err(e) => act.failed = Some(e.message()),
+        },
     }
     rep.event(t_ms, &Event::OnStall(act));
-}
-
-fn push_detail(r: &mut Report, s: &str) {
-    r.detail = Some(match r.detail.take() {
-        Some(d) => format!("{d}; {s}"),
-        None => s.to_string(),
-    });
 }

@@ -241,6 +241,8 @@ struct Sources {
     emetrics: mpsc::UnboundedReceiver<Option<vigil_core::engine_metrics::MetricsSample>>,
     tree: mpsc::UnboundedReceiver<vigil_core::TreeSample>,
     keeper: mpsc::UnboundedReceiver<String>,
+    /// The kernel's OOM-kill counters of a local server (read again at its exit).
+    oom: Option<crate::sources::oom::OomWatch>,
     tick: tokio::time::Interval,
     _log_child: Option<tokio::process::Child>,
 }
@@ -349,6 +351,8 @@ impl Sources {
         if let (Some(dir), Some(pid), None) = (a.exit_state.as_deref().and_then(|p| p.parent()), a.pid, &a.remote) {
             crate::node::up::watch_keeper(dir.to_path_buf(), pid, keeper_tx);
         }
+        // issue #33: blame on the OOM killer needs the kernel's record of the run
+        let oom = a.pid.filter(|_| a.remote.is_none()).map(|pid| crate::sources::oom::OomWatch::start(pid as u32));
         let mut tick = tokio::time::interval(Duration::from_millis(25));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Sources {
@@ -360,6 +364,7 @@ impl Sources {
             gpu_events: gpu_ev_rx,
             emetrics: emetrics_rx,
             tree: tree_rx,
+            oom,
             tick,
             _log_child: log_child,
         })
@@ -394,9 +399,17 @@ async fn drive(mut w: Watch<'_>, mut io: Io, mut s: Sources) -> Result<Outcome, 
                 log_bytes: io.a.remote.as_ref().map(|r| r.bytes.load(std::sync::atomic::Ordering::SeqCst)),
             },
         };
-        for act in w.on(io.ms(), input) {
-            if let Some(end) = io.act(&mut w, act).await {
-                return end;
+        // the kernel's record goes to the judge before the exit it explains
+        // (and before each sample of the process tree: an engine that vanishes is judged from the latest record)
+        let oom = match (&input, &s.oom) {
+            (Input::Exit { .. } | Input::Tree(_), Some(o)) => Some(Input::KernelOom(o.record())),
+            _ => None,
+        };
+        for i in oom.into_iter().chain([input]) {
+            for act in w.on(io.ms(), i) {
+                if let Some(end) = io.act(&mut w, act).await {
+                    return end;
+                }
             }
         }
     }

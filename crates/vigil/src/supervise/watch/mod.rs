@@ -60,6 +60,8 @@ pub enum Input {
     /// The run's keeper died while its server lives (the line says so): the server's output no longer
     /// reaches the log, so nothing more can be judged.
     KeeperDied(String),
+    /// The kernel's OOM-kill counters, read as the exit came (told before it).
+    KernelOom(vigil_core::KernelOom),
     /// A health probe came back; `holder`: the port is held outside the server's tree (asked for only
     /// when `Watch::asks_holder` says so).
     Probe { result: ProbeResult, holder: Option<Holder> },
@@ -373,6 +375,7 @@ impl<'p> Watch<'p> {
                     exit_now = Some(end);
                 }
             }
+            Input::KernelOom(k) => events = self.feed(now, vigil_core::Input::KernelOom(k)),
             Input::Probe { result, holder } => events = self.probed(now, result, holder, &mut out),
             Input::Compiling(c) => events = self.feed(now, vigil_core::Input::Compiling(c)),
             Input::Gpu(h) => {

@@ -425,6 +425,16 @@ fn missing_and_truncated_shards() {
         f.iter().any(|f| f["message"].as_str().unwrap().contains("1000 bytes short") && f["confirmed"].is_string()),
         "{v}"
     );
+    // No *.safetensors at all beside *.bin files: both servers glob *.safetensors, find none and load the
+    // .bin files without the index; nothing is refused.
+    let bin = d.0.join("bin-only");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("config.json"), serde_json::to_vec(&llama_config(json!({}))).unwrap()).unwrap();
+    std::fs::copy(dir.join("model.safetensors.index.json"), bin.join("model.safetensors.index.json")).unwrap();
+    std::fs::write(bin.join("pytorch_model.bin"), b"PK").unwrap();
+    let (_, v) = check(&vllm(&d.0, &bin, &[]), &[]);
+    assert_eq!(v["blocking"], 0, "{v}");
+    assert!(with_rule(&v, "weights", "info").iter().any(|f| f["message"].as_str().unwrap().contains("*.bin")), "{v}");
 }
 
 /// A LoRA folder that does not exist (vLLM `--lora-modules`, SGLang `--lora-paths`), one without

@@ -64,6 +64,17 @@ pub fn check_checkpoint(
     let t0 = std::time::Instant::now();
     let ck = st::read_checkpoint(dir)?;
     let what = role.name();
+    // No safetensors file at all beside an index: both servers fall back to `*.bin` (their
+    // `_prepare_weights` globs `*.safetensors` first, then `*.bin`), and the index is not used.
+    if ck.shards.is_empty() && has_bin(dir) {
+        rep.add(
+            Severity::Info,
+            "weights",
+            format!("{what}: no *.safetensors in {}: the server loads its *.bin files (not inspected)", dir.display()),
+            None,
+        );
+        return None;
+    }
     if let Some(e) = &ck.index_error {
         rep.add(Severity::Error, "weights", format!("{what}: {e}"), None);
     }
@@ -142,6 +153,12 @@ pub fn check_checkpoint(
     Some(Read { weight_bytes: ck.weight_bytes })
 }
 
+fn has_bin(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().take(100_000).any(|e| e.file_name().to_string_lossy().ends_with(".bin")))
+        .unwrap_or(false)
+}
+
 /// Which model a checkpoint is.
 #[derive(Clone, Copy)]
 pub enum Role<'a> {
@@ -160,8 +177,7 @@ impl Role<'_> {
 
 /// The architectures whose tensor names and shapes are modelled: the Llama layout (embed_tokens, per-layer
 /// q/k/v/o and gate/up/down, lm_head), loaded by vLLM's and SGLang's llama.py / qwen2.py / qwen3.py.
-const LLAMA_FAMILY: &[&str] =
-    &["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "InternLM3ForCausalLM"];
+const LLAMA_FAMILY: &[&str] = &["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"];
 
 /// The dimensions a Llama-layout config implies.
 struct Dims {

@@ -95,18 +95,20 @@ pub fn resolve(var: Option<&str>, uuids: Option<&[String]>) -> Seen {
         Visible::Uuids(c) => {
             let mut ords: Vec<usize> = Vec::new();
             let mut k = 0u64;
+            // torch `_transform_uuid_to_ordinals`: a prefix that matches no GPU, or more than one, ends the
+            // list; one that names a GPU already listed empties it.
             for cand in c {
                 let m: Vec<usize> = (0..uuids.len()).filter(|i| uuids[*i].starts_with(cand.as_str())).collect();
                 match m.as_slice() {
-                    [] => break,
-                    [i] if !ords.contains(i) => {
-                        ords.push(*i);
-                        k += 1;
-                    }
-                    _ => {
+                    [i] if ords.contains(i) => {
                         k = 0;
                         break;
                     }
+                    [i] => {
+                        ords.push(*i);
+                        k += 1;
+                    }
+                    _ => break,
                 }
             }
             dropped.extend(raw.iter().skip(k as usize).map(|s| s.to_string()));
@@ -382,7 +384,8 @@ mod tests {
         let s = resolve(Some("1,7,0"), Some(&two));
         assert_eq!((s.exact, s.dropped.clone()), (Some(1), u(&["7", "0"])));
         assert_eq!(resolve(Some("GPU-bbbb"), Some(&two)).exact, Some(1));
-        assert_eq!(resolve(Some("GPU-"), Some(&two)).exact, Some(0), "an ambiguous prefix empties the list");
+        assert_eq!(resolve(Some("GPU-bbbb,GPU-"), Some(&two)).exact, Some(1), "an ambiguous prefix ends the list");
+        assert_eq!(resolve(Some("GPU-bbbb,GPU-bb"), Some(&two)).exact, Some(0), "a GPU named twice empties it");
         assert_eq!(resolve(Some("GPU-cccc"), Some(&two)).exact, Some(0));
         // Without NVML: only the upper bound.
         let s = resolve(Some("7"), None);

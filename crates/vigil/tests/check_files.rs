@@ -521,3 +521,28 @@ fn nccl_interfaces_that_do_not_exist() {
     let (_, v) = check(&argv, &[("GLOO_SOCKET_IFNAME", "lo0x")]);
     assert_eq!(with_rule(&v, "nccl-env", "error").len(), 1, "{v}");
 }
+
+/// `vigil up` refuses a start whose files the server refuses (exit 10, the finding printed, nothing
+/// launched): the program named would write a marker if it ran.
+#[test]
+fn up_refuses_a_truncated_shard_before_launching() {
+    let d = TempDir::new("upref");
+    let m = write_target(&d.0.join("target"), llama_config(json!({})), &target_tensors(L, F));
+    let st = m.join("model.safetensors");
+    let len = std::fs::metadata(&st).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&st).unwrap().set_len(len / 2).unwrap();
+    let marker = d.0.join("launched");
+    let argv = vllm(&d.0, &m, &[]);
+    // The venv's `vllm` entry script, made to record a launch.
+    std::fs::write(&argv[0], format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&argv[0], std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut c = vigil();
+    c.env("VIGIL_STATE_DIR", d.0.join("state")).args(["up", "--name", "t", "--no-probe", "--"]).args(&argv);
+    let o = run_bounded(c, T);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(10), "{out}{err}");
+    assert!(out.contains("ERROR [weights]") && out.contains("bytes short"), "{out}");
+    assert!(err.contains("not launching"), "{err}");
+    assert!(!marker.exists(), "the server was launched");
+}

@@ -510,8 +510,7 @@ pub fn add_hf_findings(
             Severity::Info,
             "fit",
             format!(
-                "the weights alone need {} per GPU (TP {} × PP {}); GPU memory unknown (no NVML/nvidia-smi here): the rest of the fit estimate skipped",
-                gib(per_gpu),
+                "the weights alone need {per_gpu:.2} GiB per GPU (TP {} × PP {}); GPU memory unknown (no NVML/nvidia-smi here): the rest of the fit estimate skipped",
                 l.tp,
                 l.pp
             ),

@@ -250,12 +250,15 @@ pub fn check_gpus(srv: Option<Srv>, l: &Launch, argv: &[String], env: &[(String,
             };
             rep.add_confirmed("gpus", format!("{msg}: {said}"), Some(fix), evidence::GPUS_VISIBLE);
         }
-        _ => rep.add(
-            Severity::Error,
-            "gpus",
-            format!("{msg} (not confirmed for this server, version or layout)"),
-            Some(fix),
-        ),
+        _ => {
+            let why = match (srv, rep.version.as_deref()) {
+                (None, _) => "server not recognised".to_string(),
+                (Some(_), _) if !n.refused_by_server => "a layout whose refusal is not cited".to_string(),
+                (Some(s), None) => format!("{} version unknown", s.name()),
+                (Some(s), Some(v)) => format!("{} {v} is older than the release read for this rule", s.name()),
+            };
+            rep.add(Severity::Error, "gpus", format!("{msg} ({why}: not confirmed)"), Some(fix))
+        }
     }
 }
 

@@ -33,8 +33,9 @@ def write_st(path, tensors):
     return 8 + len(head) + off
 
 
-def llama(d, name, vocab, hidden, layers, heads, kv, head_dim, ffn, shard_bytes):
-    """A Llama-layout checkpoint in shards of about shard_bytes, with its index and config."""
+def llama(d, name, vocab, hidden, layers, heads, kv, head_dim, ffn, shard_bytes, experts=0, expert_ffn=0):
+    """A Llama-layout checkpoint in shards of about shard_bytes, with its index and config; `experts` adds
+    MoE-style expert tensors per layer (names only a MoE model has: many tensors, as DeepSeek-V3's 91k)."""
     root = os.path.join(d, name)
     os.makedirs(root, exist_ok=True)
     q, k = heads * head_dim, kv * head_dim
@@ -47,6 +48,10 @@ def llama(d, name, vocab, hidden, layers, heads, kv, head_dim, ffn, shard_bytes)
                     (p + "self_attn.v_proj.weight", "BF16", [k, hidden]), (p + "self_attn.o_proj.weight", "BF16", [hidden, q]),
                     (p + "mlp.gate_proj.weight", "BF16", [ffn, hidden]), (p + "mlp.up_proj.weight", "BF16", [ffn, hidden]),
                     (p + "mlp.down_proj.weight", "BF16", [hidden, ffn])]
+        for e in range(experts):
+            q_ = f"{p}mlp.experts.{e}."
+            tensors += [(q_ + "gate_proj.weight", "BF16", [expert_ffn, hidden]), (q_ + "up_proj.weight", "BF16", [expert_ffn, hidden]),
+                        (q_ + "down_proj.weight", "BF16", [hidden, expert_ffn])]
     shards, cur, size = [], [], 0
     for t in tensors:
         n = 2
@@ -122,14 +127,16 @@ def main():
     t = time.perf_counter()
     # Llama-3.1-405B's layout with 160 layers: 1.03 TB of bf16 in 5 GB shards.
     big, bshards, btensors, bsize = llama(a.dir, "llama-1tb", 128256, 16384, 160, 128, 8, 128, 53248, 5 * 10**9)
+    moe, mshards, mtensors, msize = llama(a.dir, "moe-1tb", 129280, 7168, 61, 128, 128, 56, 18432, 5 * 10**9, 256, 2048)
     write_s = time.perf_counter() - t
     tiny, _, ttensors, tsize = llama(a.dir, "tiny-target", 32000, 512, 4, 4, 2, 128, 1536, 10**12)
     draft = eagle3(a.dir)
     disk = int(subprocess.run(["du", "-sk", a.dir], capture_output=True, text=True).stdout.split()[0])
-    print(f"written in {write_s:.1f} s: {bsize / 1e12:.2f} TB apparent in {bshards} shards, {disk} KiB on disk for all models\n")
+    print(f"written in {write_s:.1f} s: {(bsize + msize) / 1e12:.2f} TB apparent, {disk} KiB on disk for all models\n")
     spec = json.dumps({"method": "eagle3", "model": draft, "num_speculative_tokens": 3})
     cases = [
-        (f"1.03 TB, {bshards} shards, {btensors} tensors", ["vllm", "serve", big, "--tensor-parallel-size", "8"]),
+        (f"{bsize / 1e12:.2f} TB, {bshards} shards, {btensors} tensors", ["vllm", "serve", big, "--tensor-parallel-size", "8"]),
+        (f"{msize / 1e12:.2f} TB MoE-style, {mshards} shards, {mtensors} tensors", ["vllm", "serve", moe, "--tensor-parallel-size", "8"]),
         ("tiny target (make_tiny.py shapes)", ["vllm", "serve", tiny]),
         ("tiny target + EAGLE-3 draft", ["vllm", "serve", tiny, "--speculative-config", spec]),
     ]

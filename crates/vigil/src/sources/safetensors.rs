@@ -115,42 +115,68 @@ pub fn read(path: &Path) -> Result<Header, StError> {
     Ok(h)
 }
 
+/// One entry of the table as the format writes it.
+#[derive(serde::Deserialize)]
+struct Raw {
+    dtype: String,
+    shape: Vec<u64>,
+    data_offsets: (u64, u64),
+}
+
+/// The table as a map, read in one pass without a JSON tree: `__metadata__` is skipped, every other entry
+/// must be a tensor (a checkpoint of 91k tensors has 10 MB of headers).
+struct Table(Vec<(String, Raw)>);
+
+impl<'de> serde::Deserialize<'de> for Table {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Table;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object of tensors")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Table, A::Error> {
+                let mut v = Vec::with_capacity(m.size_hint().unwrap_or(0));
+                while let Some(k) = m.next_key::<String>()? {
+                    if k == "__metadata__" {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                    } else {
+                        let r =
+                            m.next_value::<Raw>().map_err(|e| serde::de::Error::custom(format!("tensor {k}: {e}")))?;
+                        v.push((k, r));
+                    }
+                }
+                Ok(Table(v))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 /// The JSON table → tensors (offsets relative to the data part). Each tensor's byte count must match
 /// its shape and dtype (the library's `TensorInvalidInfo`).
 pub fn parse_table(buf: &[u8]) -> Result<Header, String> {
-    let v: Value = serde_json::from_slice(buf).map_err(|e| format!("the header is not JSON ({e})"))?;
-    let Value::Object(map) = v else { return Err("the header is not a JSON object".into()) };
+    let t: Table = serde_json::from_slice(buf).map_err(|e| format!("the header is not a safetensors table ({e})"))?;
     let mut h = Header::default();
-    for (name, t) in map {
-        if name == "__metadata__" {
-            continue;
-        }
-        let dtype = t["dtype"].as_str().ok_or_else(|| format!("tensor {name}: no dtype"))?.to_string();
-        let shape: Vec<u64> = t["shape"]
-            .as_array()
-            .ok_or_else(|| format!("tensor {name}: no shape"))?
-            .iter()
-            .map(|x| x.as_u64().ok_or_else(|| format!("tensor {name}: a shape entry is not a count")))
-            .collect::<Result<_, _>>()?;
-        let off = t["data_offsets"].as_array().filter(|a| a.len() == 2);
-        let (Some(start), Some(end)) = (off.and_then(|a| a[0].as_u64()), off.and_then(|a| a[1].as_u64())) else {
-            return Err(format!("tensor {name}: no data_offsets [start, end]"));
-        };
+    for (name, r) in t.0 {
+        let (start, end) = r.data_offsets;
         if end < start {
             return Err(format!("tensor {name}: data_offsets end {end} before start {start}"));
         }
-        if let Some(b) = dtype_bytes(&dtype) {
-            let numel = shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d));
-            if numel.and_then(|n| n.checked_mul(b)) != Some(end - start) {
+        if let Some(b) = dtype_bytes(&r.dtype) {
+            let need = r.shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).and_then(|n| n.checked_mul(b));
+            if need != Some(end - start) {
                 return Err(format!(
-                    "tensor {name}: {dtype} {shape:?} needs {} bytes, its offsets span {}",
-                    numel.and_then(|n| n.checked_mul(b)).map(|x| x.to_string()).unwrap_or_else(|| "overflowing".into()),
+                    "tensor {name}: {} {:?} needs {} bytes, its offsets span {}",
+                    r.dtype,
+                    r.shape,
+                    need.map(|x| x.to_string()).unwrap_or_else(|| "overflowing".into()),
                     end - start
                 ));
             }
         }
         h.data_end = h.data_end.max(end);
-        h.tensors.insert(name, Tensor { dtype, shape, start, end });
+        h.tensors.insert(name, Tensor { dtype: r.dtype, shape: r.shape, start, end });
     }
     Ok(h)
 }
@@ -170,7 +196,7 @@ pub struct Checkpoint {
     pub index: Option<PathBuf>,
     /// Shard files the index names that are not on disk (a dangling Hugging Face cache link counts).
     pub missing: Vec<String>,
-    /// The files the servers load, with their headers.
+    /// The files the servers load, with their headers (sizes; their tensors are in `tensors`).
     pub shards: Vec<Shard>,
     /// Every tensor of the readable shards → (dtype, shape).
     pub tensors: BTreeMap<String, (String, Vec<u64>)>,
@@ -237,13 +263,14 @@ pub fn read_checkpoint(dir: &Path) -> Option<Checkpoint> {
         return None;
     }
     for file in files {
-        let header = read(&dir.join(&file));
-        match &header {
+        let mut header = read(&dir.join(&file));
+        match &mut header {
             Ok(h) => {
                 ck.bytes_read += h.bytes_read;
                 ck.weight_bytes += h.data_end;
-                for (name, t) in &h.tensors {
-                    ck.tensors.insert(name.clone(), (t.dtype.clone(), t.shape.clone()));
+                // The names move to the checkpoint's table; the shard keeps its sizes.
+                for (name, t) in std::mem::take(&mut h.tensors) {
+                    ck.tensors.insert(name, (t.dtype, t.shape));
                 }
             }
             Err(StError::Truncated(_)) | Err(StError::Invalid(_)) => ck.bytes_read += 8,

@@ -7,7 +7,7 @@
 
 use crate::sources::procs;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +30,7 @@ pub struct Tensor {
 /// One file's header.
 #[derive(Debug, Clone, Default)]
 pub struct Header {
-    pub tensors: BTreeMap<String, Tensor>,
+    pub tensors: HashMap<String, Tensor>,
     /// The JSON table's length (the first 8 bytes).
     pub header_len: u64,
     /// The largest end offset: the data part's length.
@@ -157,7 +157,7 @@ impl<'de> serde::Deserialize<'de> for Table {
 /// its shape and dtype (the library's `TensorInvalidInfo`).
 pub fn parse_table(buf: &[u8]) -> Result<Header, String> {
     let t: Table = serde_json::from_slice(buf).map_err(|e| format!("the header is not a safetensors table ({e})"))?;
-    let mut h = Header::default();
+    let mut h = Header { tensors: HashMap::with_capacity(t.0.len()), ..Header::default() };
     for (name, r) in t.0 {
         let (start, end) = r.data_offsets;
         if end < start {
@@ -199,7 +199,7 @@ pub struct Checkpoint {
     /// The files the servers load, with their headers (sizes; their tensors are in `tensors`).
     pub shards: Vec<Shard>,
     /// Every tensor of the readable shards → (dtype, shape).
-    pub tensors: BTreeMap<String, (String, Vec<u64>)>,
+    pub tensors: HashMap<String, (String, Vec<u64>)>,
     /// Bytes read: index + headers.
     pub bytes_read: u64,
     /// Bytes of tensor data in the readable shards (what the server loads).

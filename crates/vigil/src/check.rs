@@ -1057,6 +1057,10 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
     // GPU memory held by processes that are not this launch: memory the new server will not get.
     // (check/machine.rs said which GPU facts could not be read when there is no reader.)
     if let Some(s) = gpus.source.and_then(|_| crate::sources::gpu::Reader::open().and_then(|r| r.sample()).ok()) {
+        if srv == Some(Srv::Vllm) {
+            let free: Vec<(u32, u64, u64)> = s.gpus.iter().map(|g| (g.index, g.total_mib, g.used_mib)).collect();
+            machine::check_vllm_free(&free, l.mem_fraction.unwrap_or(0.9), gpus_needed, rep);
+        }
         {
             for p in &s.procs {
                 let cmd = crate::sources::follow::cmdline(p.pid)

@@ -262,6 +262,38 @@ pub fn check_gpus(srv: Option<Srv>, l: &Launch, argv: &[String], env: &[(String,
     }
 }
 
+/// vLLM refuses to start when a GPU's free memory at startup is below `total × --gpu-memory-utilization`
+/// (v1/worker/utils.py:425-443 `request_memory` in 0.26.0, from gpu_worker.py:389): `Free memory on device
+/// ... is less than desired GPU memory utilization`. `gpus`: (NVML index, total MiB, used MiB). NVML's free
+/// memory is above what CUDA reports once the worker's context exists, but CUDA's total can be a little below
+/// NVML's, and which GPUs the ranks get depends on CUDA's order: an error with the numbers, not confirmed.
+pub fn check_vllm_free(gpus: &[(u32, u64, u64)], util: f64, needed: u64, rep: &mut Report) {
+    let short: Vec<String> = gpus
+        .iter()
+        .filter(|(_, total, used)| (total.saturating_sub(*used) as f64) < *total as f64 * util)
+        .map(|(i, total, used)| {
+            format!(
+                "GPU {i}: {} MiB free of {total}, {:.0} MiB asked",
+                total.saturating_sub(*used),
+                *total as f64 * util
+            )
+        })
+        .collect();
+    let enough = gpus.len() - short.len();
+    if short.is_empty() || (enough as u64) >= needed {
+        return;
+    }
+    rep.add(
+        Severity::Error,
+        "gpu-free",
+        format!(
+            "--gpu-memory-utilization {util} asks for more than is free ({}): vLLM raises `Free memory on device ... on startup is less than desired GPU memory utilization` (other processes hold the rest; not confirmed: NVML's and CUDA's totals differ slightly)",
+            short.join("; ")
+        ),
+        Some("stop what holds the GPU (vigil ps, vigil gpu), or lower --gpu-memory-utilization below the free share".into()),
+    );
+}
+
 /// The NCCL/Gloo variables naming interfaces and HCAs this machine does not have.
 pub fn check_net(env: &[(String, String)], multi_gpu: bool, rep: &mut Report) {
     let get = |k: &str| env.iter().find(|(ek, _)| ek == k).map(|(_, v)| v.as_str());
@@ -394,6 +426,20 @@ mod tests {
         let s = resolve(Some("7"), None);
         assert_eq!((s.exact, s.at_most), (None, Some(1)));
         assert_eq!(resolve(None, Some(&two)).exact, Some(2));
+    }
+
+    #[test]
+    fn vllm_free_memory_rule() {
+        let mut rep = Report::default();
+        // The kit's c2: a process holds all but 6 GiB of an H200; vLLM's default 0.9 is refused.
+        check_vllm_free(&[(0, 143_771, 137_627)], 0.9, 1, &mut rep);
+        assert_eq!(rep.findings.len(), 1);
+        assert!(rep.findings[0].message.contains("GPU 0: 6144 MiB free of 143771"), "{}", rep.findings[0].message);
+        let mut rep = Report::default();
+        check_vllm_free(&[(0, 143_771, 600)], 0.9, 1, &mut rep);
+        check_vllm_free(&[(0, 143_771, 137_627), (1, 143_771, 600)], 0.9, 1, &mut rep);
+        check_vllm_free(&[(0, 143_771, 137_627)], 0.04, 1, &mut rep);
+        assert!(rep.findings.is_empty());
     }
 
     #[test]

@@ -461,6 +461,9 @@ fn missing_adapter_tokenizer_and_template_paths() {
     let tmpl = d.0.join("no.jinja").display().to_string();
     let (code, v) = check(&vllm(&d.0, &m, &["--chat-template", &tmpl, "--tokenizer", &gone]), &[]);
     assert_eq!((code, v["blocking"].as_u64()), (10, Some(2)), "{v}");
+    // With --skip-tokenizer-init no tokenizer is loaded: its path is not checked.
+    let (code, v) = check(&vllm(&d.0, &m, &["--tokenizer", &gone, "--skip-tokenizer-init"]), &[]);
+    assert_eq!(code, 0, "{v}");
     // Template text is not a path.
     let (code, v) = check(&vllm(&d.0, &m, &["--chat-template", "{{ messages }}"]), &[]);
     assert_eq!(code, 0, "{v}");

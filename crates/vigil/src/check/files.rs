@@ -596,7 +596,9 @@ pub fn check_paths(srv: Srv, argv: &[String], cwd: &Path, rep: &mut Report) {
         Srv::Vllm => "--tokenizer",
         Srv::Sglang => "--tokenizer-path",
     };
-    if let Some(t) = crate::sources::follow::arg_value(argv, tflag) {
+    // `--skip-tokenizer-init` (both servers): no tokenizer is loaded, so its path is never opened.
+    let skip = argv.iter().any(|a| a == "--skip-tokenizer-init");
+    if let Some(t) = crate::sources::follow::arg_value(argv, tflag).filter(|_| !skip) {
         if path_like(t) && !expand(t, cwd).exists() {
             rep.add_confirmed(
                 "tokenizer",

@@ -406,6 +406,14 @@ fn missing_and_truncated_shards() {
         .unwrap();
     let (code, v) = check(&vllm(&d.0, &dir, &[]), &[]);
     assert_eq!(code, 0, "two whole shards: {v}");
+    // A `huggingface-cli download --local-dir` still under way: an error, not confirmed (the partial file
+    // may not be one the server loads).
+    let partial = dir.join(".cache/huggingface/download");
+    std::fs::create_dir_all(&partial).unwrap();
+    std::fs::write(partial.join("abc.incomplete"), b"").unwrap();
+    let (code, v) = check(&vllm(&d.0, &dir, &[]), &[]);
+    assert_eq!((code, v["blocking"].as_u64()), (10, Some(0)), "{v}");
+    std::fs::remove_dir_all(dir.join(".cache")).unwrap();
     std::fs::remove_file(dir.join(names[1])).unwrap();
     for argv in [vllm(&d.0, &dir, &[]), sglang(&d.0, &dir, &[])] {
         let (code, v) = check(&argv, &[]);

@@ -4,10 +4,12 @@
 //! metadata, never an import) and the machine (ports, GPUs, /dev/shm, disk, ulimit, NCCL_*).
 
 mod derive;
+pub mod files;
 pub mod fit;
 #[cfg(test)]
 mod golden;
 mod launch;
+pub mod machine;
 
 use crate::error::CliError;
 use crate::sinks::records::{CheckReport as Report, Severity};
@@ -30,6 +32,43 @@ pub mod evidence {
         "SGLang >= 0.5.1 raises in ModelConfig (sglang/srt/configs/model_config.py), installed version read";
     /// A local model path (not a Hugging Face id) that does not exist: every server stops at load.
     pub const MISSING_LOCAL_PATH: &str = "a local path that does not exist: every server stops at load";
+    /// The safetensors library refuses a file whose size is not 8 + header + the last tensor's end, or whose
+    /// header is not a safetensors table (safetensors/src/tensor.rs `SafeTensors::read_metadata`:
+    /// `MetadataIncompleteBuffer`, `HeaderTooLarge`, `InvalidHeaderLength`); both servers open every shard
+    /// of the checkpoint with it (docs/preflight-facts.md).
+    pub const SAFETENSORS_SIZE: &str =
+        "safetensors refuses a file whose size is not its header's (MetadataIncompleteBuffer); docs/preflight-facts.md";
+    /// A shard the index names is not on disk: vLLM >= 0.26.0 raises `Weight files referenced in index but
+    /// missing` (model_executor/model_loader/weight_utils.py:602), SGLang >= 0.5.17 `references N shard
+    /// file(s) missing` (srt/model_loader/weight_utils.py:693), both before loading.
+    pub const MISSING_SHARD: &str =
+        "the server's filter_duplicate_safetensors_files raises on a missing shard (docs/preflight-facts.md)";
+    /// A tensor whose shape is not the one the config implies: the parallel linear layers' and the vocabulary
+    /// embedding's `weight_loader` assert the shapes (docs/preflight-facts.md lists the lines per server).
+    pub const WEIGHT_SHAPE: &str =
+        "the server's weight_loader asserts each tensor's shape against the config (docs/preflight-facts.md)";
+    /// vLLM's AutoWeightsLoader raises on a checkpoint layer the config does not build
+    /// (model_executor/models/utils.py:390 in 0.26.0).
+    pub const VLLM_UNKNOWN_WEIGHT: &str =
+        "vLLM's AutoWeightsLoader raises `There is no module or parameter named` (docs/preflight-facts.md)";
+    /// vLLM checks every parameter was loaded (unquantized models; model_loader/default_loader.py:467 in 0.26.0).
+    pub const VLLM_UNLOADED_WEIGHT: &str =
+        "vLLM raises `Following weights were not initialized from checkpoint` (docs/preflight-facts.md)";
+    /// A LoRA adapter folder that does not exist or has no adapter_config.json: vLLM's `init_static_loras`
+    /// raises (entrypoints/openai/models/serving.py:139 in 0.26.0), SGLang's LoRAConfig opens
+    /// adapter_config.json (srt/lora/lora_config.py:75-84 in 0.5.17).
+    pub const LORA_PATH: &str =
+        "the server loads every --lora-* adapter at startup and raises (docs/preflight-facts.md)";
+    /// vLLM's `load_chat_template` (entrypoints/chat_utils.py:1341 in 0.26.0) and SGLang's template manager
+    /// (srt/parser/template_manager.py:196 in 0.5.17) raise on a path that does not open.
+    pub const CHAT_TEMPLATE_PATH: &str =
+        "the server raises on a --chat-template path that does not open (docs/preflight-facts.md)";
+    /// More GPUs asked on this node than CUDA shows: vLLM raises `World size (N) is larger than the number
+    /// of available GPUs` (config/parallel.py:896-905 in 0.26.0); SGLang's TP rank fails `set_device`
+    /// (srt/model_executor/model_runner.py:352 in 0.5.17). The GPUs CUDA shows are what torch's
+    /// `_parse_visible_devices` / `_device_count_nvml` make of CUDA_VISIBLE_DEVICES.
+    pub const GPUS_VISIBLE: &str =
+        "the server needs a visible GPU per local rank and refuses fewer (docs/preflight-facts.md)";
     /// `tests/golden/check-golden.jsonl` `#over#` rows: the server's ModelConfig raises on a length flag
     /// above the derived length without the allow variable (`Srv::golden_versions`).
     pub const GOLDEN_LENGTH: &str =
@@ -419,14 +458,16 @@ pub fn check(inp: &Inputs, profiles: &vigil_core::Profiles) -> Result<Report, Cl
     for n in &l.notes {
         rep.add(Severity::Warning, "command", n.clone(), None);
     }
+    // The checkpoint's weight bytes from its safetensors headers, for the fit.
+    let mut weights = None;
     match server.as_deref() {
-        Some("sglang") => check_hf(inp, &l, Srv::Sglang, &mut rep),
-        Some("vllm") => check_hf(inp, &l, Srv::Vllm, &mut rep),
+        Some("sglang") => check_hf(inp, &l, Srv::Sglang, &mut rep, &mut weights),
+        Some("vllm") => check_hf(inp, &l, Srv::Vllm, &mut rep, &mut weights),
         Some("llama-cpp") => check_gguf(inp, &l, &mut rep),
         _ => {}
     }
     // Will it fit? (issue #13 item 5; warnings at most: crates/vigil/src/check/fit.rs).
-    fit::add_findings(inp, &l, server.as_deref(), &mut rep);
+    fit::add_findings(inp, &l, server.as_deref(), weights, &mut rep);
     if inp.local_machine {
         check_env(inp, &l, server.as_deref(), profiles, &mut rep);
     }
@@ -489,10 +530,12 @@ fn spec_method(l: &Launch, srv: Srv) -> Option<(String, bool)> {
     }
 }
 
-fn check_hf(inp: &Inputs, l: &Launch, srv: Srv, rep: &mut Report) {
+fn check_hf(inp: &Inputs, l: &Launch, srv: Srv, rep: &mut Report, weights: &mut Option<u64>) {
     let sglang = srv == Srv::Sglang;
     let version = rep.version.clone();
     let ver = version.as_deref();
+    files::check_paths(srv, inp.argv, inp.cwd, rep);
+    let safetensors = files::loads_safetensors(inp.argv);
     let Some(m) = &l.model else {
         rep.add(Severity::Error, "model", "no model given (--model-path / vllm serve MODEL / --config FILE)", None);
         return;
@@ -504,8 +547,13 @@ fn check_hf(inp: &Inputs, l: &Launch, srv: Srv, rep: &mut Report) {
     if let Some(repo) = &repo {
         check_incomplete_blobs(repo, rep);
     }
-    check_shards(&d, rep);
+    // `huggingface-cli download --local-dir` keeps its partial files here.
+    check_incomplete_local(&d, rep);
     let Some(target) = load_for(inp, l, srv, &d, "model", rep) else { return };
+    if safetensors {
+        *weights =
+            files::check_checkpoint(srv, inp.argv, &d, &target, files::Role::Target, rep).map(|r| r.weight_bytes);
+    }
     let tctx = target.context(srv, ver);
     rep.add(Severity::Info, "context", format!("target context {} ({})", tctx.value, tctx.how), None);
     check_tp_heads(l, srv, &target, rep);
@@ -555,7 +603,13 @@ fn check_hf(inp: &Inputs, l: &Launch, srv: Srv, rep: &mut Report) {
         Some(d) => match resolve_model(d, inp.cwd) {
             Err(u) => return report_unresolved(u, "draft-model", inp.env, rep),
             Ok((p, _)) => match load_for(inp, l, srv, &p, "draft-model", rep) {
-                Some(c) => c,
+                Some(c) => {
+                    if safetensors {
+                        let role = files::Role::Draft { target: &target, eagle3: algo == "EAGLE3" };
+                        files::check_checkpoint(srv, inp.argv, &p, &c, role, rep);
+                    }
+                    c
+                }
                 None => return,
             },
         },
@@ -815,46 +869,20 @@ fn check_draft_shape(srv: Srv, ver: Option<&str>, algo: &str, target: &Config, d
     }
 }
 
-fn check_shards(dir: &Path, rep: &mut Report) {
-    let idx = dir.join("model.safetensors.index.json");
-    let Ok(text) = procs::read_small(&idx, 64 << 20).map(|b| String::from_utf8_lossy(&b).into_owned()) else {
-        return;
-    };
-    let Ok(v) = serde_json::from_str::<Value>(&text) else {
-        rep.add(Severity::Error, "weights", format!("{} is not valid JSON", idx.display()), None);
-        return;
-    };
-    let mut shards: Vec<String> = v["weight_map"]
-        .as_object()
-        .map(|m| m.values().filter_map(|s| s.as_str().map(String::from)).collect())
-        .unwrap_or_default();
-    shards.sort();
-    shards.dedup();
-    let mut missing = Vec::new();
-    let mut empty = Vec::new();
-    for s in &shards {
-        match std::fs::metadata(dir.join(s)) {
-            Err(_) => missing.push(s.clone()),
-            Ok(m) if m.len() < 16 => empty.push(s.clone()),
-            _ => {}
+/// Partial files of `huggingface-cli download --local-dir DIR` (`DIR/.cache/huggingface/download/*.incomplete`).
+fn check_incomplete_local(dir: &Path, rep: &mut Report) {
+    let d = dir.join(".cache/huggingface/download");
+    if let Ok(rd) = std::fs::read_dir(&d) {
+        let inc =
+            rd.flatten().take(100_000).filter(|e| e.file_name().to_string_lossy().ends_with(".incomplete")).count();
+        if inc > 0 {
+            rep.add(
+                Severity::Error,
+                "weights",
+                format!("{inc} unfinished downloads (*.incomplete) in {}", d.display()),
+                Some("finish the download (the same huggingface-cli download command resumes it)".into()),
+            );
         }
-    }
-    if !missing.is_empty() {
-        rep.add(
-            Severity::Error,
-            "weights",
-            format!(
-                "{} of {} shards named in {} are missing: {}",
-                missing.len(),
-                shards.len(),
-                idx.display(),
-                missing.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
-            ),
-            Some("finish the download (huggingface-cli download …) before launching".into()),
-        );
-    }
-    if !empty.is_empty() {
-        rep.add(Severity::Error, "weights", format!("shards too small to be weights: {}", empty.join(", ")), None);
     }
 }
 
@@ -1015,33 +1043,25 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
         }
     }
     let gpus_needed = l.gpus_per_node(server);
-    let how = l.gpus_how(server);
-    let visible =
-        env_get(inp.env, "CUDA_VISIBLE_DEVICES").map(|v| v.split(',').filter(|x| !x.trim().is_empty()).count() as u64);
-    let mut smi = std::process::Command::new("nvidia-smi");
-    smi.args(["--query-gpu=index", "--format=csv,noheader"]);
-    let smi = procs::output_within(smi, crate::sources::gpu::SMI_TIMEOUT)
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count() as u64);
-    match (visible, smi) {
-        (Some(v), _) if v < gpus_needed => rep.add(
-            Severity::Error,
-            "gpus",
-            format!("{gpus_needed} GPUs needed on this node ({how}), CUDA_VISIBLE_DEVICES shows {v}"),
-            Some("widen CUDA_VISIBLE_DEVICES or lower --tp/--dp".into()),
-        ),
-        (None, Some(n)) if n < gpus_needed => rep.add(
-            Severity::Error,
-            "gpus",
-            format!("{gpus_needed} GPUs needed on this node ({how}), nvidia-smi shows {n}"),
-            None,
-        ),
-        _ => {}
-    }
+    let srv = match server {
+        Some("vllm") => Some(Srv::Vllm),
+        Some("sglang") => Some(Srv::Sglang),
+        _ => None,
+    };
+    // The GPUs CUDA will show the server, against the layout asked for (check/machine.rs).
+    let gpus = machine::read_gpus();
+    machine::check_gpus(srv, l, inp.argv, inp.env, &gpus, rep);
+    let smi = gpus.uuids.as_ref().map(|u| u.len() as u64);
+    machine::check_net(inp.env, gpus_needed > 1 || l.nnodes > 1, rep);
+    machine::check_caches(srv, inp.env, &free_bytes, rep);
     // GPU memory held by processes that are not this launch: memory the new server will not get.
-    match crate::sources::gpu::Reader::open().and_then(|r| r.sample()) {
-        Ok(s) => {
+    // (check/machine.rs said which GPU facts could not be read when there is no reader.)
+    if let Some(s) = gpus.source.and_then(|_| crate::sources::gpu::Reader::open().and_then(|r| r.sample()).ok()) {
+        if srv == Some(Srv::Vllm) {
+            let free: Vec<(u32, u64, u64)> = s.gpus.iter().map(|g| (g.index, g.total_mib, g.used_mib)).collect();
+            machine::check_vllm_free(&free, l.mem_fraction.unwrap_or(0.9), gpus_needed, rep);
+        }
+        {
             for p in &s.procs {
                 let cmd = crate::sources::follow::cmdline(p.pid)
                     .map(|c| c.join(" "))
@@ -1059,17 +1079,7 @@ fn check_env(inp: &Inputs, l: &Launch, server: Option<&str>, profiles: &vigil_co
                     Some(format!("stop it first (`vigil down --pid {}`) if it is a leftover", p.pid)),
                 );
             }
-            let n = s.gpus.len() as u64;
-            if smi.is_none() && visible.is_none() && n < gpus_needed {
-                rep.add(
-                    Severity::Error,
-                    "gpus",
-                    format!("{gpus_needed} GPUs needed on this node ({how}), {} shows {n}", s.source),
-                    None,
-                );
-            }
         }
-        Err(why) => rep.add(Severity::Info, "gpus", why, None),
     }
     // issue #17: Xid-prone hardware shows in NVML before a launch: ECC, remaps, PCIe, NVLink, P2P (warnings)
     crate::sources::gpu_health::check(env_get(inp.env, "CUDA_VISIBLE_DEVICES"), gpus_needed, smi.is_some(), rep);

@@ -461,7 +461,8 @@ fn gib(x: f64) -> String {
 
 /// The one entry point from `check::check`: adds the fit findings for the launch, if the model and the
 /// GPU memory can be read (silently nothing when the model does not resolve: check reports that).
-pub fn add_findings(inp: &Inputs, l: &Launch, server: Option<&str>, rep: &mut Report) {
+/// `weights`: the checkpoint's tensor bytes from its safetensors headers, when check read them.
+pub fn add_findings(inp: &Inputs, l: &Launch, server: Option<&str>, weights: Option<u64>, rep: &mut Report) {
     let Some(m) = &l.model else { return };
     match server {
         Some(s @ ("sglang" | "vllm")) => {
@@ -470,7 +471,7 @@ pub fn add_findings(inp: &Inputs, l: &Launch, server: Option<&str>, rep: &mut Re
             let sglang = s == "sglang";
             let srv = if sglang { crate::check::Srv::Sglang } else { crate::check::Srv::Vllm };
             let ctx = target.context(srv, rep.version.as_deref());
-            add_hf_findings(inp.argv, l, sglang, &target, ctx.value, inp.local_machine, rep);
+            add_hf_findings(inp.argv, l, sglang, &target, ctx.value, inp.local_machine, weights, rep);
         }
         Some("llama-cpp") => {
             let p = inp.cwd.join(m);
@@ -486,6 +487,7 @@ pub fn add_findings(inp: &Inputs, l: &Launch, server: Option<&str>, rep: &mut Re
 }
 
 /// Adds the fit findings for an SGLang/vLLM launch.
+#[allow(clippy::too_many_arguments)]
 pub fn add_hf_findings(
     argv: &[String],
     l: &Launch,
@@ -493,21 +495,30 @@ pub fn add_hf_findings(
     target: &Config,
     ctx_model: u64,
     local: bool,
+    weights: Option<u64>,
     rep: &mut Report,
 ) {
     let Some(dir) = target.path.parent() else { return };
     let Some(model) = model_facts(target) else { return };
-    let Some(weights_bytes) = checkpoint_bytes(dir) else {
+    let Some(weights_bytes) = weights.or_else(|| checkpoint_bytes(dir)) else {
         rep.add(Severity::Info, "fit", "no safetensors size found: fit estimate skipped", None);
         return;
     };
     let Some((gpu_bytes, src)) = gpu_total(local) else {
+        let per_gpu = weights_bytes as f64 / GIB / (l.tp.max(1) * l.pp.max(1)) as f64;
         rep.add(
             Severity::Info,
             "fit",
-            "GPU memory unknown (no NVML/nvidia-smi here): fit estimate skipped",
+            format!(
+                "the weights alone need {per_gpu:.2} GiB per GPU (TP {} × PP {}); GPU memory unknown (no NVML/nvidia-smi here): the rest of the fit estimate skipped",
+                l.tp,
+                l.pp
+            ),
             Some("pass --gpu-mem 80g for the GPUs of the node that will run it".into()),
         );
+        if let Some(f) = rep.findings.last_mut() {
+            f.data = Some(serde_json::json!({"weights_gib_per_gpu": round2(per_gpu), "weights_bytes": weights_bytes}));
+        }
         return;
     };
     let argv_flag = |f: &[&str]| f.iter().find_map(|f| arg_value(argv, f)).map(String::from);

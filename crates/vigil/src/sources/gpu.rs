@@ -56,6 +56,22 @@ impl Reader {
         }
     }
 
+    /// Every GPU's UUID (`GPU-...`) in NVML's order, what `CUDA_VISIBLE_DEVICES` UUID entries are matched
+    /// against (torch `_raw_device_uuid_nvml`); nvidia-smi's `--query-gpu=uuid` without NVML.
+    pub fn uuids(&self) -> Result<Vec<String>, String> {
+        match self {
+            Reader::Nvml(n) => {
+                let count = n.device_count().map_err(|e| e.to_string())?;
+                (0..count).map(|i| n.device_by_index(i).and_then(|d| d.uuid()).map_err(|e| e.to_string())).collect()
+            }
+            Reader::Smi => Ok(smi(&["--query-gpu=uuid", "--format=csv,noheader"])?
+                .lines()
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect()),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Reader::Nvml(_) => "nvml",

@@ -1,6 +1,6 @@
 //! Sources: what vigil reads about a server, turned into facts for the core: its log (followed files,
 //! pipes), HTTP probes (plain and TLS), the generation proof's request, the process tree (/proc), GPU
-//! memory and health (NVML, nvidia-smi), the server's own metrics, GGUF model headers, and past startups
+//! memory and health (NVML, nvidia-smi), the server's own metrics, GGUF and safetensors model headers, and past startups
 //! (the history store).
 
 pub mod engine_metrics;
@@ -14,5 +14,6 @@ pub mod oom;
 pub mod probe;
 pub mod procs;
 pub mod proof;
+pub mod safetensors;
 pub mod tls;
 pub mod tree;

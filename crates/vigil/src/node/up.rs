@@ -492,7 +492,10 @@ pub async fn stop_run(dir: &Path, grace: Duration, rep: &mut Reporter) -> Result
                 int.load(Ordering::SeqCst)
             };
             let on_event = move |sig: &str, pids: &[i32]| {
-                run::append_event(&d, RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value());
+                run::append_event(
+                    &d,
+                    RunEvent::Signal { signal: sig, pids, t_unix_ms: crate::state::now_ms() }.to_value(),
+                );
             };
             tasks.push(tokio::spawn(procs::stop_tree_async(r, true, grace, on_event, kill_now)));
         }

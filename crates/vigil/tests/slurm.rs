@@ -275,7 +275,7 @@ fn e2e_slurm_good_start_two_nodes_then_the_steps_end_stops_both() {
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", "--json --no-check");
     assert!(job.wait_for("\"multi_node_verdict\"", T), "no combined verdict:\n{}", job.text());
     // the head's serving note follows the table (it is printed by the same vigil)
-    assert!(job.wait_for("serving on all 2 nodes", Duration::from_secs(10)), "{}", job.text());
+    assert!(job.wait_for("serving on all 2 ranks", Duration::from_secs(10)), "{}", job.text());
     let ev = job.events();
     for r in 0..2u64 {
         let v = by_rank(&ev, "verdict", r).unwrap_or_else(|| panic!("no verdict from rank {r}:\n{}", job.text()));
@@ -426,7 +426,7 @@ fn vigils_of(dir: &Path) -> Vec<(i32, String)> {
 fn e2e_slurm_vigil_lost_after_ready_the_head_ends_the_step() {
     let Some((e, conf, d)) = two_nodes("slurm-lost-ready", Second::Good) else { return };
     let mut job = Job::submit(&d, &conf, &server_cmd(&e, &d), "step", "--json --no-check");
-    assert!(job.wait_for("serving on all 2 nodes", T), "not ready:\n{}", job.text());
+    assert!(job.wait_for("serving on all 2 ranks", T), "not ready:\n{}", job.text());
     let ports = server_ports(&job);
     assert!(ports.iter().all(|p| completes(*p)), "both serve before");
     kill_rank1_vigil(&d, &mut job);

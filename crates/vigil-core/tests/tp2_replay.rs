@@ -127,7 +127,6 @@ fn live_lines(text: &str) -> Vec<String> {
     out
 }
 
-
 /// A rank's own evidence, as its vigil saved it (its `evidence` events, its verdict's evidence lines), shows a
 /// stopped process. Notes are not evidence: the head repeats a rank's stopped line in its own output.
 fn evidence_says_stopped(dir: &Path, r: usize) -> bool {

@@ -10,7 +10,9 @@
 #       1's engine (VLLM::Worker_TP1 / sglang::scheduler_TP1): crashed, decided by rank 1
 #   t2  SIGSTOP of rank 1's engine at the first CUDA-graph capture line, --stall cuda_graphs=15s: stalled in
 #       cuda_graphs, decided by rank 1 (its process is stopped; rank 0 only waits), both ranks' evidence
-#   t3  SIGKILL of rank 1's engine at the first weight-loading line: crashed, decided by rank 1
+#   t3  SIGKILL of rank 1's engine at its first weight-loading line: crashed, decided by rank 1. The tiny model
+#       loads in under 0.1 s, so t3 serves a wide one (tp_wide_model: intermediate_size 1048576, 12.9 GB of bf16
+#       zeros in a sparse safetensors file written in a second): each rank reads 6.4 GB, seconds of loading
 #   t4  rank 1 with NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME naming no interface: crashed in dist_init,
 #       decided by rank 1; rank 0 is stopped (it would wait for its peer for the server's own timeout)
 # After each: both vigils' --json lines, both ranks' whole server.log, the GPU's processes after the stop.
@@ -155,13 +157,52 @@ sc_t2() {
   tp_end t2
   tp_record t2 "stalled, cuda_graphs, decided by rank 1"
 }
+# tp_wide_model: $W/wide, the tiny target with intermediate_size 1048576 (each MLP matrix 1 GiB), its weights
+# zeros in a sparse safetensors file (header written here, the data a hole): loading takes seconds, not 0.1 s
+tp_wide_model() {
+  local d=$W/wide f
+  [ -f "$d/model.safetensors" ] && { echo "$d"; return; }
+  rm -rf "$d"; mkdir -p "$d"
+  for f in "$M/target"/*; do case "$f" in *.safetensors|*/config.json) ;; *) ln -s "$f" "$d/";; esac; done
+  python3 - "$M/target/config.json" "$d" <<'PY'
+import json, struct, sys
+cfg = json.load(open(sys.argv[1])); out = sys.argv[2]
+cfg["intermediate_size"] = 1048576
+json.dump(cfg, open(out + "/config.json", "w"), indent=1)
+h, v, ffn, L = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+q = cfg["num_attention_heads"] * cfg["head_dim"]; kv = cfg["num_key_value_heads"] * cfg["head_dim"]
+shapes = {"model.embed_tokens.weight": [v, h], "model.norm.weight": [h], "lm_head.weight": [v, h]}
+for i in range(L):
+    p = f"model.layers.{i}."
+    shapes.update({p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
+                   p + "self_attn.q_proj.weight": [q, h], p + "self_attn.k_proj.weight": [kv, h],
+                   p + "self_attn.v_proj.weight": [kv, h], p + "self_attn.o_proj.weight": [h, q],
+                   p + "mlp.gate_proj.weight": [ffn, h], p + "mlp.up_proj.weight": [ffn, h],
+                   p + "mlp.down_proj.weight": [h, ffn]})
+hdr, off = {"__metadata__": {"format": "pt"}}, 0
+for k, sh in shapes.items():
+    n = 2
+    for x in sh: n *= x
+    hdr[k] = {"dtype": "BF16", "shape": sh, "data_offsets": [off, off + n]}; off += n
+b = json.dumps(hdr).encode(); b += b" " * (-len(b) % 8)
+with open(out + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(b))); f.write(b); f.truncate(8 + len(b) + off)
+print(f"wide model: {off / 2**30:.1f} GiB of zeros (sparse)", file=sys.stderr)
+PY
+  echo "$d"
+}
 sc_t3() {
   local d=$OD/t3; mkdir -p "$d"
+  local wide; wide=$(tp_wide_model)
+  local keep=("${SERVE[@]}") i
+  for i in "${!SERVE[@]}"; do [ "${SERVE[$i]}" = "$M/target" ] && SERVE[$i]=$wide; done
   tp_start t3 200 1; tp_start t3 200 0
-  if tp_wait_line t3 "$WEIGHTS_RE" 150; then
+  SERVE=("${keep[@]}")
+  # rank 1's own weights line: rank 0's may come while rank 1 is still in its rendezvous
+  if tp_wait_line t3 "$WEIGHTS_RE" 150 1; then
     local ec; ec=$(pgrep -f "$RANK1_ENGINE" | head -1)
     kill -9 "$ec"
-    note "t3: SIGKILL rank 1's engine pid $ec at the first weights line ($(grep -aEh "$WEIGHTS_RE" "$(tp_log t3 0)" "$(tp_log t3 1)" 2>/dev/null | head -1 | cut -c1-100))"
+    note "t3: SIGKILL rank 1's engine pid $ec at its first weights line ($(grep -aEh "$WEIGHTS_RE" "$(tp_log t3 1)" 2>/dev/null | head -1 | cut -c1-100)); its log's last line then: $(tail -c 300 "$(tp_log t3 1)" | tr '\r' '\n' | tail -1 | cut -c1-120)"
   else
     note "t3: no weights line seen: nothing killed"
   fi

@@ -90,6 +90,11 @@ impl MultiNode {
         })
     }
 
+    /// The last phase `rank` reported (`Launch` before any).
+    pub fn phase_of(&self, rank: usize) -> Option<Phase> {
+        self.phases.get(rank).copied()
+    }
+
     /// A rank's watch ended with `exit` (a failure of its own: see [`MultiNode::ended_at`]).
     pub fn ended(&mut self, rank: usize, exit: Exit) -> MultiStep {
         self.ended_at(rank, exit, false, 0)

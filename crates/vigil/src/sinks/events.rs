@@ -87,6 +87,8 @@ pub struct HostLine {
     pub verdict: String,
     pub exit: i32,
     pub phase: Option<Phase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<vigil_core::Cause>,
     pub detail: String,
 }
 
@@ -119,6 +121,9 @@ enum FleetJson<'a> {
         hosts: &'a [HostLine],
         verdict: &'a str,
         phase: Option<Phase>,
+        /// The root-cause rank's cause.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cause: Option<vigil_core::Cause>,
         #[serde(skip_serializing_if = "Option::is_none")]
         decided_by: Option<Decider<'a>>,
     },
@@ -133,6 +138,7 @@ impl FleetEnd {
                 hosts: &self.hosts,
                 verdict: d.map_or("ready", |d| d.verdict.as_str()),
                 phase: self.phase,
+                cause: d.and_then(|d| d.cause),
                 decided_by: d.map(|d| Decider { host: &d.host, rank: d.rank }),
             }
         } else {

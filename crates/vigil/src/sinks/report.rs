@@ -892,6 +892,7 @@ mod tests {
             verdict: verdict.into(),
             exit,
             phase: Some(phase),
+            cause: None,
             detail: detail.into(),
         };
         let end = FleetEnd {

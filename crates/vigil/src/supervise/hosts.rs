@@ -90,6 +90,7 @@ impl HostResult {
             interrupted: false,
             shown: None,
             consequence: false,
+            phase_seen: None,
         }
     }
 
@@ -151,6 +152,9 @@ pub struct HostResult {
     /// A multi-node rank's failure followed a peer's: its root-cause lines say a peer went away (the
     /// profiles' `[multi_node] peer_gone`); the rank that failed on its own is the root cause.
     pub consequence: bool,
+    /// The last phase this rank's watch reported (a multi-node head hears it over TCP): the phase of a rank
+    /// stopped before a verdict of its own.
+    pub phase_seen: Option<Phase>,
 }
 
 fn lossy(a: &[u8]) -> String {
@@ -434,7 +438,11 @@ where
                     }
                 }
             }
-            (stopped_unless_done(results, &hosts, ""), multi.outcome())
+            let mut results = stopped_unless_done(results, &hosts, "");
+            for (i, r) in results.iter_mut().enumerate() {
+                r.phase_seen = multi.phase_of(i);
+            }
+            (results, multi.outcome())
         })
         .await
 }
@@ -473,11 +481,16 @@ pub(crate) fn summarize(
             rank: r.rank,
             verdict: verdict_text(r),
             exit: r.code.code(),
-            phase: r.report.as_ref().map(|x| x.phase),
+            phase: r.report.as_ref().map(|x| x.phase).or(r.phase_seen),
+            cause: r.report.as_ref().and_then(|x| x.cause),
             detail: r.note.clone(),
         })
         .collect();
-    let phase = fleet::least_phase(results.iter().filter_map(|r| r.report.as_ref().map(|x| x.phase)));
+    // a failed server's phase is its root-cause rank's (where it failed), else the least advanced rank's
+    let phase = match decider.and_then(|d| hosts[d].phase) {
+        Some(p) if !fleet::serves(worst) => Some(p),
+        _ => fleet::least_phase(hosts.iter().filter_map(|h| h.phase)),
+    };
     let end = crate::sinks::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase };
     crate::sinks::tables::fleet(&end, json, quiet);
     worst

@@ -650,6 +650,9 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
         }
     }
     let mut results: Vec<HostResult> = hosts::stopped_unless_done(results, &job.nodes, &name);
+    for (i, r) in results.iter_mut().enumerate() {
+        r.phase_seen = multi.phase_of(i);
+    }
     let mut code = if deferred {
         decided
     } else {

@@ -226,6 +226,29 @@ pub fn ends_allocation(e: Exit) -> bool {
     matches!(e, Exit::Crashed | Exit::Stalled | Exit::Timeout | Exit::Unhealthy | Exit::Refused | Exit::Unreachable)
 }
 
+/// A multi-node server's phase, from each rank's own verdict's phase (`own`) and the last phase it reported
+/// (`seen`): `serving` once it served; a failure's is where its root-cause rank's own verdict put it; a
+/// root-cause rank without a verdict of its own (stopped by the head, its process found stopped) is as far as
+/// the furthest rank got: the ranks move through the start together in their collectives, and some servers
+/// log a phase on one rank only (vLLM 0.26's capture bar is rank 0's, seen on the GPU machine, issue #32).
+/// Without a decider, the least advanced rank's.
+pub fn server_phase(
+    own: &[Option<Phase>],
+    seen: &[Option<Phase>],
+    worst: Exit,
+    decider: Option<usize>,
+) -> Option<Phase> {
+    if serves(worst) {
+        return Some(Phase::Serving);
+    }
+    let at = |i: usize| own.get(i).copied().flatten().or(seen.get(i).copied().flatten());
+    match decider {
+        Some(d) if own.get(d).copied().flatten().is_some() => own[d],
+        Some(_) => (0..own.len().max(seen.len())).filter_map(at).max(),
+        None => least_phase((0..own.len().max(seen.len())).filter_map(at)),
+    }
+}
+
 /// The least advanced of the phases the members reached (a multi-node verdict's phase).
 pub fn least_phase(phases: impl IntoIterator<Item = Phase>) -> Option<Phase> {
     phases.into_iter().min()

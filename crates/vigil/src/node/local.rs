@@ -369,7 +369,7 @@ const LOG_TAIL_MAX: u64 = 16 << 20;
 
 /// The last `max` bytes of a file (from its first whole line when that is not the file's start) and the
 /// byte offset where they end; an unreadable file is empty.
-fn read_tail(path: &Path, max: u64) -> (Vec<u8>, u64) {
+pub(crate) fn read_tail(path: &Path, max: u64) -> (Vec<u8>, u64) {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut f) = std::fs::File::open(path) else { return (Vec::new(), 0) };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);

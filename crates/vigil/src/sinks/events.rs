@@ -101,6 +101,8 @@ pub struct FleetEnd {
     pub hosts: Vec<HostLine>,
     pub decider: Option<usize>,
     pub phase: Option<Phase>,
+    /// Multi-node: the server's verdict in the shared vocabulary (`stalled`, not a rank's longer text).
+    pub verdict: String,
 }
 
 #[derive(Serialize)]
@@ -136,7 +138,7 @@ impl FleetEnd {
             FleetJson::MultiNodeVerdict {
                 exit: self.exit,
                 hosts: &self.hosts,
-                verdict: d.map_or("ready", |d| d.verdict.as_str()),
+                verdict: &self.verdict,
                 phase: self.phase,
                 cause: d.and_then(|d| d.cause),
                 decided_by: d.map(|d| Decider { host: &d.host, rank: d.rank }),

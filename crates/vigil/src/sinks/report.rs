@@ -904,6 +904,7 @@ mod tests {
             ],
             decider: Some(1),
             phase: Some(Phase::Weights),
+            verdict: "crashed".into(),
         };
         let mut text = out.text();
         for l in crate::sinks::tables::fleet_text(&end, false) {

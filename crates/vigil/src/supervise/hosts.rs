@@ -481,19 +481,36 @@ pub(crate) fn summarize(
             rank: r.rank,
             verdict: verdict_text(r),
             exit: r.code.code(),
-            phase: r.report.as_ref().map(|x| x.phase).or(r.phase_seen),
+            phase: if fleet::serves(r.code) {
+                Some(Phase::Serving)
+            } else {
+                r.report.as_ref().map(|x| x.phase).or(r.phase_seen)
+            },
             cause: r.report.as_ref().and_then(|x| x.cause),
             detail: r.note.clone(),
         })
         .collect();
-    // a failed server's phase is its root-cause rank's (where it failed), else the least advanced rank's
-    let phase = match decider.and_then(|d| hosts[d].phase) {
-        Some(p) if !fleet::serves(worst) => Some(p),
-        _ => fleet::least_phase(hosts.iter().filter_map(|h| h.phase)),
+    let phase = server_phase(results, worst, decider);
+    let verdict = match worst {
+        Exit::Ready | Exit::Degraded => "ready".to_string(),
+        Exit::Timeout => "timeout".into(),
+        Exit::Unhealthy => "unhealthy".into(),
+        Exit::Stalled => "stalled".into(),
+        Exit::Crashed => "crashed".into(),
+        Exit::Interrupted => "interrupted".into(),
+        Exit::Unreachable => "unreachable".into(),
+        _ => decider.map_or_else(|| "failed".to_string(), |d| hosts[d].verdict.clone()),
     };
-    let end = crate::sinks::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase };
+    let end = crate::sinks::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase, verdict };
     crate::sinks::tables::fleet(&end, json, quiet);
     worst
+}
+
+/// A multi-node server's phase, decided in the core (`fleet::server_phase`).
+fn server_phase(results: &[HostResult], worst: Exit, decider: Option<usize>) -> Option<Phase> {
+    let own: Vec<Option<Phase>> = results.iter().map(|r| r.report.as_ref().map(|x| x.phase)).collect();
+    let seen: Vec<Option<Phase>> = results.iter().map(|r| r.phase_seen).collect();
+    fleet::server_phase(&own, &seen, worst, decider)
 }
 
 /// A host's verdict as the fleet table shows it.

@@ -924,6 +924,16 @@ async fn end_allocation(
     }
 }
 
+/// The cause of a rank's server ending after ready on its own, read as `vigil diagnose` reads a log: the
+/// last MiB of the run's log through the offline judge (vLLM's `--headless` node exits 0 once its worker died,
+/// saying so in its log: "Worker proc VllmWorker-1 died unexpectedly", seen on the GPU machine, issue #32).
+fn after_ready_cause(name: &str, kind: Option<&str>, profiles: &vigil_core::Profiles) -> Option<vigil_core::Cause> {
+    let log = crate::node::run::run_dir(name).ok()?.join("server.log");
+    let (tail, _) = crate::node::local::read_tail(&log, 1 << 20);
+    let r = vigil_core::diagnose_text(profiles, kind, &String::from_utf8_lossy(&tail));
+    (r.verdict == vigil_core::Verdict::Crashed).then_some(r.cause).flatten()
+}
+
 /// Connects to the head, retrying until `by`; sends `Hello` first.
 async fn connect(job: &Group, port: u16, by: tokio::time::Instant) -> Result<TcpStream, String> {
     let addr = job.head.clone();
@@ -1033,13 +1043,16 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
                 let x = &end.exit;
                 // a rank's server that ends after ready without being asked to (status 0 included: vLLM's
                 // --headless node exits 0 once its worker died, seen on the GPU machine, issue #32) fails the server
-                let (code, note) = if end.requested {
-                    (Exit::Ready, crate::node::up::stopped_how(x, end.requested, None))
+                let (code, note, report) = if end.requested {
+                    (Exit::Ready, crate::node::up::stopped_how(x, end.requested, None), None)
                 } else {
-                    (Exit::Crashed, format!("its server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal)))
+                    let cause = after_ready_cause(&name, kind.as_deref(), &profiles);
+                    let why = cause.map(|c| format!(" ({c})")).unwrap_or_default();
+                    let note = format!("its server {} after ready: crashed{why}", crate::node::up::exit_how(x.code, x.signal));
+                    (Exit::Crashed, note, Some(RankVerdict { verdict: vigil_core::Verdict::Crashed, phase: Phase::Serving, cause }))
                 };
                 rep.note(t0.elapsed().as_millis() as u64, &note);
-                let _ = otx.send(Msg::End { code, verdict: if code == Exit::Crashed { "crashed".into() } else { "stopped".into() }, note, consequence: false, stuck: None, report: None });
+                let _ = otx.send(Msg::End { code, verdict: if code == Exit::Crashed { "crashed".into() } else { "stopped".into() }, note, consequence: false, stuck: None, report });
                 if let Some(r) = own.as_mut() { r.code = code; }
                 failed_at = Some(tokio::time::Instant::now());
             }

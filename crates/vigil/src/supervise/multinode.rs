@@ -384,6 +384,14 @@ struct RankVerdict {
     cause: Option<vigil_core::Cause>,
 }
 
+impl RankVerdict {
+    fn report(self) -> vigil_core::Report {
+        let mut b = vigil_core::Report::bare(self.verdict, self.phase);
+        b.cause = self.cause;
+        b
+    }
+}
+
 /// What the head hears from its connections.
 enum Ev {
     Joined(usize, String, bool, UnboundedSender<Msg>),
@@ -496,6 +504,10 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
     let Ctx { mut job, flags, a, argv, profiles } = c;
     let n = job.nodes.len();
     let port = job.port;
+    let kind = {
+        let argv_s: Vec<String> = argv.iter().map(|x| String::from_utf8_lossy(x).into_owned()).collect();
+        a.server.clone().or_else(|| profiles.detect_cmd(&argv_s).map(String::from))
+    };
     // a loopback rendezvous (ranks on one machine) listens there only; any other on every address, since
     // the name the others use for the head may not be one of this machine's own
     let bind: std::net::IpAddr = match job.head.parse::<std::net::IpAddr>() {
@@ -581,11 +593,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                     }
                     let mut res = end_of(&job.nodes, r, code, verdict, note);
                     res.consequence = consequence;
-                    res.report = report.map(|v| {
-                        let mut b = vigil_core::Report::bare(v.verdict, v.phase);
-                        b.cause = v.cause;
-                        b
-                    });
+                    res.report = report.map(RankVerdict::report);
                     results[r] = Some(res);
                     multi.ended_at(r, code, consequence, t0.elapsed().as_millis() as u64)
                 }
@@ -663,7 +671,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
     }
     let mut why = String::new();
     // after ready, the rank whose end decides, and its line
-    let mut ended_by: Option<(usize, String)> = None;
+    let mut ended_by: Option<(usize, String, Option<RankVerdict>)> = None;
     if fleet::serves(code) {
         // serving: until the job ends (SIGTERM), or a rank's server ends
         rep.note(
@@ -693,9 +701,13 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                         why = format!("rank 0: {}", crate::node::up::stopped_how(x, end.requested, None));
                         code = Exit::Ready;
                     } else {
-                        why = format!("rank 0's server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal));
+                        let cause = after_ready_cause(&name, kind.as_deref(), &profiles);
+                        let how = crate::node::up::exit_how(x.code, x.signal);
+                        let said = cause.map(|c| format!(" ({c})")).unwrap_or_default();
+                        why = format!("rank 0's server {how} after ready: crashed{said}");
                         code = Exit::Crashed;
-                        ended_by = Some((0, format!("its server {} after ready: crashed", crate::node::up::exit_how(x.code, x.signal))));
+                        let v = RankVerdict { verdict: vigil_core::Verdict::Crashed, phase: Phase::Serving, cause };
+                        ended_by = Some((0, format!("its server {how} after ready: crashed{said}"), Some(v)));
                     }
                     break;
                 }
@@ -707,10 +719,10 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                         code = Exit::Ready;
                         break;
                     }
-                    Ev::Got(r, Msg::End { code: c, note, .. }) => {
+                    Ev::Got(r, Msg::End { code: c, note, report, .. }) => {
                         why = format!("rank {r} ({}): {note}", job.nodes[r]);
                         code = c;
-                        ended_by = Some((r, note));
+                        ended_by = Some((r, note, report));
                         break;
                     }
                     // the vigil is the node's task: when it is gone, Slurm ends that node's part of the step, its
@@ -719,7 +731,7 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                         why = format!("vigil on {} went away: its launcher ends that rank's server with it", job.nodes[r]);
                         code = Exit::Unreachable;
                         senders[r] = None;
-                        ended_by = Some((r, "its vigil went away after ready".into()));
+                        ended_by = Some((r, "its vigil went away after ready".into(), None));
                         break;
                     }
                     _ => {}
@@ -728,10 +740,12 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
         }
         rep.note(t0.elapsed().as_millis() as u64, &why);
         // the server ended after ready: the verdict again, decided by the rank whose end it was
-        if let Some((r, note)) = ended_by.filter(|_| !interrupted && !fleet::serves(code)) {
+        if let Some((r, note, report)) = ended_by.filter(|_| !interrupted && !fleet::serves(code)) {
             results[r].code = code;
             results[r].note = note;
             results[r].shown = Some(code.to_string());
+            results[r].phase_seen = Some(Phase::Serving);
+            results[r].report = report.map(RankVerdict::report);
             hosts::summarize(&results, true, Some((code, Some(r))), a.launch.json, a.quiet);
         }
     }

@@ -278,8 +278,11 @@ pub fn stopped_line<'a>(lines: impl IntoIterator<Item = &'a String>) -> Option<&
 }
 
 impl ProcEvidence {
-    /// In state T (stopped by a signal) or t (stopped by a tracer).
+    /// In state T: stopped by a signal (SIGSTOP, SIGTSTP). Not t (a tracer's stop): vigil's own py-spy, or a
+    /// second evidence pass, can hold a process in t for the moment its state is read (seen on the GPU machine:
+    /// SGLang's `scheduler_TP0` in t with kernel wait `ptrace_stop` while it only waited for its stopped peer,
+    /// issue #32), and a tracer's stop says nothing about where the server is stuck.
     pub fn stopped(&self) -> bool {
-        matches!(self.state, Some('T' | 't'))
+        matches!(self.state, Some('T'))
     }
 }

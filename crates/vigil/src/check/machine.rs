@@ -242,7 +242,21 @@ pub fn check_gpus(srv: Option<Srv>, l: &Launch, argv: &[String], env: &[(String,
             },
         ) == Some(true)
     });
+    // vLLM 0.26 reads the dtype at launch from the GPU's capability, asking NVML for the device whose index is
+    // the first CUDA_VISIBLE_DEVICES entry (platforms/cuda.py:733-737 `get_device_capability` through
+    // `visible_device_id_to_physical_device_id`; NVML does not read CUDA_VISIBLE_DEVICES): an index past NVML's
+    // count raises NVMLError_InvalidArgument, whatever the layout (seen on the H200, 2026-12-02: p8 with
+    // CUDA_VISIBLE_DEVICES=1, `vllm serve` exited 1 at launch)
+    let first_past_nvml = match (cvd.map(|v| v.split(',').next().unwrap_or("").trim()), g.uuids.as_ref()) {
+        (Some(first), Some(u)) => first.parse::<u64>().ok().filter(|i| *i >= u.len() as u64),
+        _ => None,
+    };
     match srv {
+        Some(Srv::Vllm) if srv_ok && first_past_nvml.is_some() => {
+            let i = first_past_nvml.unwrap_or_default();
+            let said = format!("vLLM asks NVML for GPU {i} (the first CUDA_VISIBLE_DEVICES entry) at launch and fails with `NVMLError_InvalidArgument`: this node has {} GPU(s)", g.uuids.as_ref().map_or(0, Vec::len));
+            rep.add_confirmed("gpus", format!("{msg}: {said}"), Some(fix), evidence::GPUS_VISIBLE);
+        }
         Some(s) if n.refused_by_server && srv_ok => {
             let said = match s {
                 Srv::Vllm => format!("vLLM raises `World size ({}) is larger than the number of available GPUs ({count}) in this node` before loading", l.tp * l.pp),
@@ -404,6 +418,25 @@ mod tests {
 
     fn u(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn vllm_first_visible_index_past_nvml_is_confirmed_and_only_for_vllm() {
+        let argv = u(&["vllm", "serve", "m"]);
+        let l = crate::check::launch::parse(&argv, Some("vllm"), None, Some("0.26.0")).unwrap();
+        let g = Gpus { uuids: Some(u(&["GPU-a"])), source: Some("nvml"), why_not: None };
+        let run = |srv, env: &[(&str, &str)], version: &str| {
+            let mut rep = Report { version: Some(version.into()), ..Report::default() };
+            let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            check_gpus(srv, &l, &argv, &env, &g, &mut rep);
+            rep.findings.iter().filter(|f| f.confirmed.is_some()).count()
+        };
+        assert_eq!(run(Some(Srv::Vllm), &[("CUDA_VISIBLE_DEVICES", "1")], "0.26.0"), 1, "p8 on the H200");
+        assert_eq!(run(Some(Srv::Vllm), &[("CUDA_VISIBLE_DEVICES", "0")], "0.26.0"), 0, "a GPU that exists");
+        assert_eq!(run(Some(Srv::Vllm), &[], "0.26.0"), 0, "no variable");
+        // "0,0": the first entry exists, CUDA shows none (torch's repeat rule): not this refusal's path
+        assert_eq!(run(Some(Srv::Vllm), &[("CUDA_VISIBLE_DEVICES", "0,0")], "0.26.0"), 0);
+        assert_eq!(run(Some(Srv::Vllm), &[("CUDA_VISIBLE_DEVICES", "1")], "0.25.0"), 0, "a release not read");
     }
 
     #[test]

@@ -36,6 +36,9 @@ def main():
             continue
         stack, run, expect, live_expect, note = row
         if (stack, run) not in runs:
+            # imported before from a capture not given now: its log and LIVE.tsv row stay as they are
+            if os.path.exists(os.path.join(OUT, f"{SHORT[stack]}-{run}.log")):
+                continue
             sys.exit(f"no capture for {stack}/{run}")
         d, tag = runs[(stack, run)]
         body = open(os.path.join(d, "run", "server.log"), "rb").read()
@@ -61,6 +64,16 @@ def main():
             live.append([name, "running", "-", live_expect])
         else:
             live.append([name, str(st.get("exit_code")), str(st.get("exit_signal")), live_expect])
+    # rows of logs imported earlier from captures not given now are kept
+    done = {r[0] for r in live}
+    try:
+        for line in open(os.path.join(OUT, "LIVE.tsv")):
+            row = line.rstrip("\n").split("\t")
+            if line.startswith("#") or len(row) < 4 or row[0] in done:
+                continue
+            live.append(row)
+    except FileNotFoundError:
+        pass
     with open(os.path.join(OUT, "LIVE.tsv"), "w") as f:
         f.write("# file\texit_code ('running': alive when the run folder was copied)\texit_signal\tlive verdict the watch must reach (verdict[/cause]); from the label, not from vigil\n")
         for r in sorted(live):

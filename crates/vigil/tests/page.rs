@@ -223,7 +223,7 @@ fn page_shows_each_rank_and_the_verdict_live_with_no_request_off_origin() {
     let names: Vec<&str> = seen.gaps.iter().map(|g| g.0.as_str()).collect();
     assert!(names.contains(&"rank 1 phase \"weights\""), "{names:?}");
     assert!(names.contains(&"rank 0 phase \"kv_cache\""), "{names:?}");
-    assert!(names.iter().any(|n| n.starts_with("multi-node verdict")), "{names:?}");
+    assert!(names.contains(&"multi-node verdict \"crashed\" cause \"gpu_oom\""), "{names:?}");
     // one row per rank, each in its own phase
     let lanes = b.eval("Array.from(document.querySelectorAll('#timeline .lane')).map(function (l) { return [l.getAttribute('data-rank'), l.getAttribute('data-host'), l.getAttribute('data-phase')]; })");
     assert_eq!(lanes, json!([["0", "gpu1", "kv_cache"], ["1", "gpu2", "weights"]]));
@@ -260,6 +260,31 @@ fn hostile_is_text(b: &mut Browser) {
     );
 }
 
+/// A single-rank llama-server start that crashes: the verdict with its cause, hint, detail and evidence
+/// within 1 s (the verdict object of docs/events.md, as the truncated-GGUF e2e test sees it).
+#[test]
+fn page_single_rank_crash_shows_cause_hint_and_evidence() {
+    let script = vec![
+        json!({"event":"start","log":"/var/log/llama.log","pid":4242,"server":"llama-cpp","t_ms":0}),
+        json!({"event":"phase","phase":"weights","from":"launch","at_ms":5,"t_ms":6}),
+        json!({"event":"verdict","t_ms":26,"verdict":"crashed","phase":"weights","cause":"model_file","server":"llama-cpp",
+               // the hint of the llama-cpp profile's model_file rule (crates/vigil-core/profiles/llama-cpp.toml)
+               "hint":"the model file cannot be used: check -m (missing? a relative path resolves against the server's working directory), compare its size or sha256 with the source (an interrupted download truncates it), or update llama.cpp / re-convert it (unknown architecture, tokenizer or GGUF version)",
+               "detail":"exited with status 1",
+               "evidence":["gguf_init_from_file_impl: tensor 'blk.0.attn_q.weight' data is not within the file bounds, model is corrupted or incomplete"],
+               "last_lines":["llama_model_load: error loading model: llama_model_loader: failed to load model from /m/truncated.gguf"],
+               "timeline":[{"phase":"launch","at_ms":0,"duration_ms":5},{"phase":"weights","at_ms":5,"duration_ms":21}],
+               "laggards":[],"progress":null,"exit":{"code":1,"signal":null,"ours":false},"elapsed_ms":26}),
+    ];
+    let Some((mut b, seen, s)) = check_standin(&script) else { return };
+    assert!(seen.gaps.iter().any(|g| g.0 == "verdict \"crashed\" cause \"model_file\""), "{:?}", seen.gaps);
+    let v = b.eval("[document.getElementById('verdict-line').textContent, document.getElementById('detail').textContent, \
+        document.querySelectorAll('#timeline .lane').length, document.querySelector('#timeline .lane').getAttribute('data-verdict'), \
+        document.getElementById('elapsed').textContent]");
+    assert_eq!(v, json!(["crashed in weights after 26ms", "exited with status 1", 1, "crashed", "26ms"]));
+    check_requests(&mut b, &s.url(), PATHS);
+}
+
 /// A single-rank llama-server start with history: one row, the current phase with progress k/n and ETA while
 /// starting, then the ready verdict with its baseline; a reload resumes from the start (replay) with no
 /// duplicate row or bar.
@@ -294,7 +319,7 @@ fn page_single_rank_progress_eta_and_ready() {
     ];
     for ev in &more {
         let sent = s.send(ev);
-        let (what, js) = expectation(ev).unwrap();
+        let (what, js) = expectation(ev, None).unwrap();
         let shown = b.wait_true(&js, WITHIN * 5).unwrap_or_else(|| panic!("{what} not shown"));
         assert!(sent.elapsed() < WITHIN, "{what}: {shown:?}");
     }

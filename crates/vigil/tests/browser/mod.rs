@@ -245,8 +245,10 @@ pub struct Seen {
 }
 
 /// The check for one event: what to call it and a JavaScript expression true once the page shows it.
-/// Values go in as JSON literals (the event's text is never spliced into code or selectors).
-pub fn expectation(ev: &Value) -> Option<(String, String)> {
+/// `decider`: for a `multi_node_verdict` that names the rank that decided it, that rank's `verdict` event
+/// when the stream carried it (its cause is the group's). Values go in as JSON literals (the event's text is
+/// never spliced into code or selectors).
+pub fn expectation(ev: &Value, decider: Option<&Value>) -> Option<(String, String)> {
     let lit = |v: &Value| serde_json::to_string(v).unwrap();
     // the lane of an event: by rank, else by host, else the one lane of a single-rank start
     let lane = |rank: &Value, host: &Value| {
@@ -263,17 +265,20 @@ pub fn expectation(ev: &Value) -> Option<(String, String)> {
     };
     let r = |k: &str| ev.get(k).cloned().unwrap_or(Value::Null);
     match ev["event"].as_str()? {
-        "phase" => Some((
-            format!("{} phase {}", who(ev), ev["phase"]),
-            has_phase(lane(&r("rank"), &r("host")), &ev["phase"]),
-        )),
+        "phase" => {
+            Some((format!("{} phase {}", who(ev), ev["phase"]), has_phase(lane(&r("rank"), &r("host")), &ev["phase"])))
+        }
         "multi_node_phase" => Some((
             format!("least advanced rank {} in {}", ev["slowest_rank"], ev["phase"]),
             has_phase(lane(&r("slowest_rank"), &r("slowest_host")), &ev["phase"]),
         )),
         "verdict" if ev.get("rank").is_some_and(|x| !x.is_null()) => Some((
             format!("{} verdict {}", who(ev), ev["verdict"]),
-            format!("(function (l) {{ return !!l && l.getAttribute('data-verdict') === {}; }})({})", lit(&ev["verdict"]), lane(&r("rank"), &r("host"))),
+            format!(
+                "(function (l) {{ return !!l && l.getAttribute('data-verdict') === {}; }})({})",
+                lit(&ev["verdict"]),
+                lane(&r("rank"), &r("host"))
+            ),
         )),
         "verdict" => {
             let evidence = ev["evidence"].as_array().cloned().unwrap_or_default();
@@ -292,15 +297,20 @@ pub fn expectation(ev: &Value) -> Option<(String, String)> {
                 ),
             ))
         }
-        "multi_node_verdict" => Some((
-            format!("multi-node verdict {}", ev["verdict"]),
-            format!(
-                "(function (v, n) {{ var b = document.getElementById('verdict'); return !b.hidden && b.getAttribute('data-verdict') === v \
-                 && document.querySelectorAll('#hosts [data-host-rank]').length === n; }})({}, {})",
-                lit(&ev["verdict"]),
-                ev["hosts"].as_array().map_or(0, |h| h.len())
-            ),
-        )),
+        "multi_node_verdict" => {
+            let cause = decider.map_or(Value::Null, |d| d.get("cause").cloned().unwrap_or(Value::Null));
+            Some((
+                format!("multi-node verdict {} cause {cause}", ev["verdict"]),
+                format!(
+                    "(function (v, n, c) {{ var b = document.getElementById('verdict'); return !b.hidden && b.getAttribute('data-verdict') === v \
+                     && document.querySelectorAll('#hosts [data-host-rank]').length === n && b.getAttribute('data-cause') === (c || '') \
+                     && document.getElementById('cause').textContent === (c || ''); }})({}, {}, {})",
+                    lit(&ev["verdict"]),
+                    ev["hosts"].as_array().map_or(0, |h| h.len()),
+                    lit(&cause)
+                ),
+            ))
+        }
         _ => None,
     }
 }
@@ -346,8 +356,14 @@ pub fn page_check(base_url: &str, exp: Expectations) -> Option<(Browser, Seen)> 
     );
     let opened = Instant::now();
     let mut gaps = Vec::new();
+    // each rank's latest verdict: a group verdict's cause is its deciding rank's
+    let mut verdicts = std::collections::HashMap::new();
     while let Some((sent, ev)) = (exp.next)() {
-        let Some((what, js)) = expectation(&ev) else { continue };
+        if ev["event"] == "verdict" {
+            verdicts.insert(ev["rank"].to_string(), ev.clone());
+        }
+        let decider = verdicts.get(&ev["decided_by"]["rank"].to_string()).filter(|_| ev["decided_by"].is_object());
+        let Some((what, js)) = expectation(&ev, decider) else { continue };
         let from = sent.max(opened);
         // poll past the limit so a failure says how late the page was, not only that it was
         let shown = b.wait_true(&js, exp.within * 5 + Duration::from_secs(2)).map(|_| from.elapsed());

@@ -182,6 +182,8 @@ fn two_ranks_crash() -> Vec<Value> {
         tag(json!({"event":"phase","phase":"weights","from":"dist_init","at_ms":67400,"t_ms":67431}), 1),
         tag(json!({"event":"line","text":HOSTILE,"t_ms":68001}), 1),
         tag(json!({"event":"note","message":format!("rank 1 (gpu2): {HOSTILE}"),"t_ms":68002}), 0),
+        // an event kind the page does not know (issue #37 step 2 types more notes): shown as text, fields and all
+        tag(json!({"event":"future_kind","state":"replaced","text":HOSTILE,"t_ms":68500}), 1),
         tag(json!({"event":"phase","phase":"kv_cache","from":"weights","at_ms":68847,"t_ms":68883}), 0),
         tag(
             json!({
@@ -241,6 +243,8 @@ fn page_shows_each_rank_and_the_verdict_live_with_no_request_off_origin() {
     assert!(base[1].as_str().unwrap().contains("3 good startups, median total 2m16s"), "{base}");
     assert!(base[2].as_u64().unwrap() >= 1, "{base}");
     hostile_is_text(&mut b);
+    let unknown = b.eval("Array.from(document.querySelectorAll('#log li[data-kind=\"future_kind\"]')).map(function (l) { return l.textContent; })");
+    assert!(unknown[0].as_str().is_some_and(|t| t.contains("future_kind {\"state\":\"replaced\"")), "{unknown}");
     // the hostile lines asked for nothing either (every request so far: own origin, allowed paths)
     check_requests(&mut b, &s.url(), PATHS);
 }

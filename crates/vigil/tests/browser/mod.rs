@@ -20,14 +20,33 @@ const START: Duration = Duration::from_secs(60);
 const CALL: Duration = Duration::from_secs(20);
 
 pub struct Browser {
-    child: Child,
     ws: WebSocket<TcpStream>,
     session: String,
     next_id: u64,
     /// DevTools events read while waiting for answers, in order.
     events: VecDeque<Value>,
     stderr: PathBuf,
+    /// Last: the process group ends after the WebSocket is closed.
+    proc: Chromium,
+}
+
+/// The chromium process group and its profile directory, ended and removed on drop, from the moment it is
+/// spawned (a start that fails half-way leaves nothing behind).
+struct Chromium {
+    child: Child,
     dir: PathBuf,
+}
+
+impl Drop for Chromium {
+    fn drop(&mut self) {
+        // SAFETY: signalling the process group this test started (chromium leads it).
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 fn is_root() -> bool {
@@ -76,9 +95,9 @@ impl Browser {
         // its own process group: the renderer, GPU and zygote processes end with it
         c.process_group(0).stdin(Stdio::null()).stdout(Stdio::null());
         c.stderr(std::fs::File::create(&stderr).unwrap());
-        let mut child = c.spawn().unwrap_or_else(|e| panic!("start {exe}: {e}"));
+        let mut proc = Chromium { child: c.spawn().unwrap_or_else(|e| panic!("start {exe}: {e}")), dir };
         // chromium writes the port and the browser's WebSocket path here once it listens
-        let port_file = dir.join("profile/DevToolsActivePort");
+        let port_file = proc.dir.join("profile/DevToolsActivePort");
         let t0 = Instant::now();
         let (port, path) = loop {
             if let Ok(s) = std::fs::read_to_string(&port_file) {
@@ -89,14 +108,13 @@ impl Browser {
                     }
                 }
             }
-            if let Ok(Some(st)) = child.try_wait() {
+            if let Ok(Some(st)) = proc.child.try_wait() {
                 panic!(
                     "chromium exited ({st}) before listening: {}",
                     std::fs::read_to_string(&stderr).unwrap_or_default()
                 );
             }
             if t0.elapsed() > START {
-                let _ = child.kill();
                 panic!("chromium did not write {} within {START:?}", port_file.display());
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -109,7 +127,7 @@ impl Browser {
             .unwrap_or_else(|e| panic!("DevTools WebSocket handshake: {e}"));
         // then short reads: a call waits for its answer in a loop with its own deadline
         ws.get_ref().set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-        let mut b = Browser { child, ws, session: String::new(), next_id: 0, events: VecDeque::new(), stderr, dir };
+        let mut b = Browser { ws, session: String::new(), next_id: 0, events: VecDeque::new(), stderr, proc };
         let t = b.call_on(None, "Target.createTarget", json!({"url": "about:blank"}));
         let target = t["targetId"].as_str().expect("targetId").to_string();
         let s = b.call_on(None, "Target.attachToTarget", json!({"targetId": target, "flatten": true}));
@@ -217,13 +235,6 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.ws.close(None);
-        // SAFETY: signalling the process group this test started (chromium leads it).
-        unsafe {
-            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -15,7 +15,8 @@ echo "== llama-server: $VIGIL_LLAMA_SERVER"
 # The SSH tests start Debian's real sshd on loopback ports; the portable-build test reads objdump -T;
 # the TLS tests put Debian's stunnel in front of llama-server, with certificates made by openssl; the
 # Prometheus tests run Debian's prometheus and promtool; the systemd unit test runs systemd-analyze verify;
-# the timeline test renders its SVG with resvg, whose text needs a system font (DejaVu).
+# the timeline test renders its SVG with resvg, whose text needs a system font (DejaVu); the live page's tests
+# (tests/page.rs) drive Debian's chromium headless through the DevTools protocol.
 need=()
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
@@ -25,6 +26,7 @@ command -v objdump >/dev/null 2>&1 || need+=(binutils)
 [ -x /usr/bin/openssl ] || need+=(openssl)
 [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ] || need+=(prometheus)
 [ -x /usr/bin/systemd-analyze ] || need+=(systemd)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 # Evidence at a stall (issue #17): native stacks with eu-stack from Debian's elfutils.
 [ -x /usr/bin/eu-stack ] || need+=(elfutils)
 command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
@@ -82,6 +84,15 @@ export VIGIL_PY_SPY=$PY_SPY_VENV/bin/py-spy
 
 echo "== kubernetes-validate --strict on the manifest of docs/kubernetes.md"
 scripts/k8s-manifest.sh "$KV_VENV/bin/kubernetes-validate"
+# The SkyPilot and dstack examples of docs/serving-platforms.md, by the platforms' own parsers.
+SKY_VERSION=0.14.1
+SKY_VENV=${VIGIL_CACHE:-$HOME/.cache/vigil}/venv-skypilot-$SKY_VERSION
+pip_venv "$SKY_VENV" "skypilot==$SKY_VERSION"
+DSTACK_VERSION=0.22.5
+DSTACK_VENV=${VIGIL_CACHE:-$HOME/.cache/vigil}/venv-dstack-$DSTACK_VERSION
+pip_venv "$DSTACK_VENV" "dstack==$DSTACK_VERSION"
+echo "== SkyPilot and dstack examples of docs/serving-platforms.md"
+scripts/platform-examples.sh "$SKY_VENV/bin/python" "$DSTACK_VENV/bin/python"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -223,6 +223,16 @@ impl CmdSpec {
     }
 }
 
+/// Does a rank started with this command line serve an API of its own, one to probe and whose readiness is
+/// its own? Only on a port its command names (`--port`: a profile's default port would be the head's on a
+/// machine that runs both), and not with the profile's flag that starts no API (`no_api_flag`: vLLM's
+/// `--headless` workers). `cmd` is the command spec of the server's profile, None when its kind is unknown.
+/// The one answer for a multi-node rank's probe (`node::local`) and for whether it follows the head
+/// (`supervise::multinode`).
+pub fn serves_api(cmd: Option<&CmdSpec>, argv: &[String]) -> bool {
+    !cmd.is_some_and(|c| c.no_api(argv)) && crate::arg_value(argv, "--port").is_some()
+}
+
 /// `[history]`: which arguments make startups comparable, where the model and its config are, which
 /// environment variables and versions matter, which JIT caches make a start cold. Lists of a user file
 /// come before the built-in ones; the `generic` profile's apply to every server.
@@ -942,6 +952,19 @@ mod tests {
         assert_eq!(p.ps_kind("VLLM::EngineCore"), Some("vllm"));
         assert_eq!(p.ps_kind("/opt/llama-server -m x.gguf"), Some("llama-cpp"));
         assert_eq!(p.ps_kind("vim llama-server.txt"), None);
+    }
+
+    #[test]
+    fn a_rank_serves_an_api_on_a_port_it_names_unless_its_command_starts_none() {
+        let p = Profiles::builtin();
+        let vllm = Some(&p.get("vllm").unwrap().cmd);
+        let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert!(serves_api(vllm, &a("vllm serve m --port 8001")));
+        assert!(!serves_api(vllm, &a("vllm serve m --port 8001 --headless")));
+        assert!(!serves_api(vllm, &a("vllm serve m --headless=true --port=8001")));
+        assert!(!serves_api(vllm, &a("vllm serve m --headless")));
+        assert!(serves_api(None, &a("server --port=9")));
+        assert!(!serves_api(None, &a("server")), "no port named: the default port would be the head's");
     }
 
     #[test]

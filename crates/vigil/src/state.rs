@@ -124,20 +124,39 @@ pub fn check_private(p: &Path) -> Result<bool, CliError> {
     Ok(true)
 }
 
-/// Writes a private file (0600) that is not a symlink: created or truncated with `O_NOFOLLOW` (a link
-/// planted at its name is refused, never followed), made 0600 when it existed with other modes.
+/// How [`open_private`] opens a file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Access {
+    /// Appends (a log, a record of events).
+    Append,
+    /// Reads and writes, keeping what is there (a lock, a database).
+    ReadWrite,
+    /// Writes from empty (a file written whole).
+    Truncate,
+}
+
+/// Opens a private file (0600), creating it if missing, never through a symlink: `O_NOFOLLOW` (a link
+/// planted at its name is refused, never followed) and `O_CLOEXEC`; a file that existed with other modes is
+/// made 0600. Every file vigil creates in its state folder is opened here or written by `run::write_atomic`.
+pub fn open_private(p: &Path, access: Access) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut o = std::fs::OpenOptions::new();
+    match access {
+        Access::Append => o.append(true),
+        Access::ReadWrite => o.read(true).write(true).truncate(false),
+        Access::Truncate => o.write(true).truncate(true),
+    };
+    let f = o.create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(p)?;
+    if f.metadata()?.mode() & 0o777 != 0o600 {
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(f)
+}
+
+/// Writes a private file (0600) that is not a symlink ([`open_private`]), from empty.
 pub fn write_private(p: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(p)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(data)
+    open_private(p, Access::Truncate)?.write_all(data)
 }
 
 #[cfg(test)]

@@ -150,8 +150,20 @@ fn a_200_whose_headers_never_end_is_not_ready() {
     );
 }
 
-/// A health URL that answers 200 while the completion's body never ends (trickled): `--timeout 4s` holds
-/// for the proof too (it became 121 s: the proof's own 120 s budget).
+/// Writes `head`, then a body a byte every 100 ms for a minute (a body that never ends, for the test).
+fn trickle(mut s: std::net::TcpStream, head: &[u8]) {
+    let _ = s.write_all(head);
+    for _ in 0..600 {
+        if s.write_all(b"a").is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A health URL that answers 200 while the completion's body never ends (trickled), then one whose every
+/// answer's body never ends: `--timeout 4s` holds, for the proof too (it became 121 s: the proof's own 120 s
+/// budget).
 #[test]
 fn the_timeout_bounds_the_generation_proof() {
     let port = scripted_http(|mut s, first| {
@@ -159,13 +171,7 @@ fn the_timeout_bounds_the_generation_proof() {
             let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}");
             return;
         }
-        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"content\":\"");
-        for _ in 0..600 {
-            if s.write_all(b"a").is_err() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        trickle(s, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"content\":\"")
     });
     let (code, v, dt) = wait_url(port, &["--timeout", "4s"]);
     eprintln!("wait --timeout 4s with a completion that never ends: ended after {dt:?}");
@@ -173,6 +179,16 @@ fn the_timeout_bounds_the_generation_proof() {
     let r = verdict(&v);
     assert_eq!(r["verdict"], "timeout", "{r}");
     assert!(r["detail"].as_str().unwrap().contains("while proving generation"), "{r}");
+    assert!(dt < Duration::from_secs(12), "took {dt:?}");
+    // every answer, the health one included, a 200 whose body never ends (trickled): ready on the headers or
+    // not, the timeout holds
+    let port = scripted_http(|s, _| {
+        trickle(s, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"")
+    });
+    let (code, v, dt) = wait_url(port, &["--timeout", "4s"]);
+    eprintln!("wait --timeout 4s with a health answer and a completion that never end: ended after {dt:?}");
+    assert_eq!(code, 5, "{v:?}");
+    assert_eq!(verdict(&v)["verdict"], "timeout", "{v:?}");
     assert!(dt < Duration::from_secs(12), "took {dt:?}");
 }
 

@@ -29,7 +29,6 @@ use crate::sinks::redact::Secrets;
 use crate::sources::procs;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -59,7 +58,7 @@ struct LogWriter {
 }
 
 fn open_log(p: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(p)
+    crate::state::open_private(p, crate::state::Access::Append)
 }
 
 impl LogWriter {

@@ -283,8 +283,8 @@ impl Node for LocalNode {
             ),
         };
         // an API port to probe: named on the command line, and not a flag that starts no API (vLLM --headless)
-        let no_api = l.kind.as_deref().and_then(|k| l.profiles.get(k)).is_some_and(|p| p.cmd.no_api(&argv));
-        let explicit_port = !no_api && crate::sources::follow::arg_value(&argv, "--port").is_some();
+        let cmd_spec = l.kind.as_deref().and_then(|k| l.profiles.get(k)).map(|p| &p.cmd);
+        let explicit_port = vigil_core::profile::serves_api(cmd_spec, &argv);
         let mut out = crate::node::up::launch(l.name, argv, env, cwd, l.kind.clone(), l.a, l.profiles, rep).await;
         if let (Ok(Ok(h)), true) = (&mut out, l.rank.unwrap_or(0) > 0) {
             // a multi-node rank other than the head serves no API: no generation proof, and a probe only of a

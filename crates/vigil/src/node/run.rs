@@ -116,14 +116,7 @@ impl NameLock {
     /// Takes the lock of the run in `dir` (created if need be), or None when another process holds it.
     pub fn try_take(dir: &Path) -> Result<Option<NameLock>, CliError> {
         let p = dir.join(LOCK);
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&p)
+        let f = crate::state::open_private(&p, crate::state::Access::ReadWrite)
             .map_err(|e| CliError::usage(format!("cannot open {}: {e}", p.display())))?;
         use std::os::fd::AsRawFd;
         // SAFETY: flock on a descriptor we own.
@@ -284,13 +277,7 @@ pub fn unreadable(file: &str, run: &str, why: &str) -> String {
 }
 
 pub fn append_event(dir: &Path, v: serde_json::Value) {
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join("events.jsonl"))
-    {
+    if let Ok(mut f) = crate::state::open_private(&dir.join("events.jsonl"), crate::state::Access::Append) {
         // one write call per line: readers never see half a record
         let _ = f.write_all(format!("{v}\n").as_bytes());
     }

@@ -430,13 +430,7 @@ fn spawn_keeper(dir: &Path, lock: &run::NameLock) -> Result<std::thread::JoinHan
     let fd = lock.fd();
     c.env("VIGIL_KEEPER_LOCK_FD", fd.to_string());
     c.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
-    use std::os::unix::fs::OpenOptionsExt;
-    let errlog = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(dir.join("keeper.err"))
+    let errlog = crate::state::open_private(&dir.join("keeper.err"), crate::state::Access::Append)
         .map_err(|e| CliError::usage(format!("cannot write {}: {e}", dir.display())))?;
     c.stderr(errlog);
     // SAFETY: setsid and fcntl between fork and exec (async-signal-safe): a new session, detached from our

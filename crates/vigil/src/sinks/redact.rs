@@ -130,3 +130,42 @@ pub fn secret_values(s: &Secrets) -> Vec<String> {
     v.dedup();
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// Every secret the README names (`--api-key`, `--hf-token`, `--token`, `HF_TOKEN`, `*_API_KEY`, `*_TOKEN`,
+    /// `*SECRET*`, `*PASSWORD*`), in both flag shapes: out of the record, and out of any text the redactor sees.
+    #[test]
+    fn every_secret_the_readme_names_is_redacted() {
+        let argv = strings(&["srv", "--api-key", "k-one", "--hf-token=hf-two", "--token", "t-three", "--port", "8000"]);
+        let env: Vec<(String, String)> = [
+            ("HF_TOKEN", "hf-env1"),
+            ("OPENAI_API_KEY", "sk-env2"),
+            ("github_token", "gh-env3"),
+            ("MY_SECRET_SALT", "sec-env4"),
+            ("DB_PASSWORD", "pw-env5"),
+            ("PATH", "/usr/bin"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let (a, e, secrets) = redact(&argv, &env);
+        assert_eq!(a, strings(&["srv", "--api-key", "***", "--hf-token=***", "--token", "***", "--port", "8000"]));
+        for (k, v) in &e {
+            assert_eq!(v == "***", k != "PATH", "{k}={v}");
+        }
+        let r = Redactor::from_secrets(&secrets);
+        let text = "k-one hf-two t-three hf-env1 sk-env2 gh-env3 sec-env4 pw-env5 /usr/bin";
+        assert_eq!(r.redact(text), "*** *** *** *** *** *** *** *** /usr/bin");
+        // a secret flag's value in text with no record behind it (another process's command line)
+        let none = Redactor::default();
+        assert_eq!(none.redact("llama-server --api-key zz-9 --port 1"), "llama-server --api-key *** --port 1");
+        assert_eq!(none.redact("x --hf-token=abc"), "x --hf-token=***");
+    }
+}

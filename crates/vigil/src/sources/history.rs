@@ -130,19 +130,8 @@ impl Store {
     fn try_open(path: &Path) -> rusqlite::Result<Store> {
         // created 0600 before SQLite opens it (its -wal and -shm files take the database's mode), never
         // through a planted link
-        {
-            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(path)
-                .map_err(|e| rusqlite::Error::InvalidPath(format!("{}: {e}", path.display()).into()))?;
-            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
-        }
+        crate::state::open_private(path, crate::state::Access::ReadWrite)
+            .map_err(|e| rusqlite::Error::InvalidPath(format!("{}: {e}", path.display()).into()))?;
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;

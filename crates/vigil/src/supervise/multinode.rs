@@ -979,11 +979,9 @@ async fn member(c: Ctx) -> Result<Exit, CliError> {
     // nothing (SGLang's dummy /health on --node-rank >= 1), has no readiness of its own
     let argv_s: Vec<String> = argv.iter().map(|x| String::from_utf8_lossy(x).into_owned()).collect();
     let kind = a.server.clone().or_else(|| profiles.detect_cmd(&argv_s).map(String::from));
-    let dummy = kind
-        .as_deref()
-        .and_then(|k| profiles.get(k))
-        .is_some_and(|p| p.cmd.dummy_health(&argv_s) || p.cmd.no_api(&argv_s));
-    let follower = dummy || crate::sources::follow::arg_value(&argv_s, "--port").is_none();
+    let cmd_spec = kind.as_deref().and_then(|k| profiles.get(k)).map(|p| &p.cmd);
+    let follower =
+        cmd_spec.is_some_and(|c| c.dummy_health(&argv_s)) || !vigil_core::profile::serves_api(cmd_spec, &argv_s);
     let (node, mut local, mut prx) = start_local(&job, &a, argv, &profiles);
     // the connection: messages queue until it is up; the head's words come back on `hrx`
     let (otx, mut orx) = mpsc::unbounded_channel::<Msg>();

@@ -63,6 +63,38 @@ pub enum WatchEvent<'a> {
     TreeStopped { pid: i32, report: &'a StopReport },
     /// Multi-node: the least advanced rank's phase changed.
     MultiNodePhase { phase: Phase, slowest_rank: usize, slowest_host: &'a str },
+    /// `up --repair` (issue #35): the attempt that just failed is repaired: the run is stopped (its release
+    /// proven), the command edited and launched again under the same name (`dry`: only shown).
+    Repair {
+        /// The attempt that failed (1: the first launch).
+        attempt: usize,
+        cause: Option<Cause>,
+        rule: &'a str,
+        profile: &'a str,
+        /// The edit in words: `-c 100000000 -> 512`.
+        edit: &'a str,
+        action: &'a vigil_core::repair::RepairAction,
+        why: &'a str,
+        level: vigil_core::repair::Level,
+        /// `--repair=any`: what the user set that it changes.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        changes: Option<&'a str>,
+        /// The command after the repair (secret values redacted).
+        argv: &'a [String],
+        source: &'a str,
+        dry: bool,
+    },
+    /// `up --repair`: the end of the chain (the last line): how many attempts, the repairs made (`EDIT, WHY`),
+    /// the last attempt's verdict and exit code, and why no further repair was made when the last one failed.
+    Repairs {
+        attempts: usize,
+        repairs: &'a [String],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        verdict: Option<vigil_core::Verdict>,
+        exit: i32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        no_repair: Option<&'a str>,
+    },
     /// `diagnose --explain`: the rule a line matched.
     Match {
         line: u64,

@@ -42,6 +42,20 @@ pub fn is_tty(fd: i32) -> bool {
     unsafe { libc::isatty(fd) == 1 }
 }
 
+/// A command line as a person reads it: arguments with spaces or quotes in single quotes.
+fn shown_argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 impl Reporter {
     pub fn new(json: bool, quiet: bool) -> Reporter {
         let mode = if json {
@@ -168,6 +182,20 @@ impl Reporter {
             WatchEvent::MultiNodePhase { phase, slowest_rank, slowest_host } => {
                 format!("multi-node: {phase} (least advanced: rank {slowest_rank} on {slowest_host})")
             }
+            WatchEvent::Repair { attempt, edit, why, changes, argv, dry, .. } => {
+                let any = changes.map(|c| format!(" (--repair=any changes what you set: {c})")).unwrap_or_default();
+                let cmd = shown_argv(argv);
+                if *dry {
+                    format!("repair (dry run) of attempt {attempt}: {edit}, {why}{any}; would run: {cmd}")
+                } else {
+                    format!("repair of attempt {attempt}: {edit}, {why}{any}; relaunching: {cmd}")
+                }
+            }
+            WatchEvent::Repairs { repairs, verdict, no_repair, .. } => match (no_repair, verdict) {
+                (Some(w), _) => format!("no repair: {w}"),
+                (None, Some(v)) if !repairs.is_empty() => crate::sinks::history::repaired_text(*v, repairs),
+                _ => return,
+            },
             WatchEvent::Match { line, profile, rule, text, kind, phase, cause, .. } => {
                 let what = match phase {
                     Some(p) => format!("{kind}→{p}"),

@@ -620,7 +620,10 @@ fn set_value(r: &Repair, argv: &[String], vars: &mut BTreeMap<String, f64>) -> R
                 Some(x) => (x, Some(x)),
                 None => {
                     let m = missing.map(|m| format!(" (the log does not give {m})")).unwrap_or_default();
-                    return Err(format!("{}: {flag} is not given and the value the server used is not known{m}", r.why));
+                    return Err(format!(
+                        "{}: {flag} is not given and the value the server used is not known{m}",
+                        r.why
+                    ));
                 }
             }
         }

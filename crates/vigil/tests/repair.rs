@@ -30,7 +30,8 @@ fn vigil_in(state: &Path, args: &[&str]) -> Command {
 
 /// The tiny model on `port`, with `ctx`, under the address-space limit.
 fn limited(e: &Env, port: u16, ctx: &str) -> Vec<String> {
-    let mut v: Vec<String> = vec!["sh".into(), "-c".into(), format!("ulimit -v {LIMIT_KIB} && exec \"$@\""), "sh".into()];
+    let mut v: Vec<String> =
+        vec!["sh".into(), "-c".into(), format!("ulimit -v {LIMIT_KIB} && exec \"$@\""), "sh".into()];
     v.extend(tiny(e, port, ctx));
     v
 }
@@ -135,15 +136,25 @@ fn e2e_repair_any_shrinks_a_context_that_does_not_fit_memory() {
     // the history: the ready start's row says it came after the repair
     let o = run_bounded(vigil_in(&d.0, &["history", "ctx"]), T);
     let h = text(&o);
-    assert!(h.contains(&format!("ready after 1 repair: -c {HUGE_CTX} -> {new_ctx}, the context does not fit memory")), "{h}");
+    assert!(
+        h.contains(&format!("ready after 1 repair: -c {HUGE_CTX} -> {new_ctx}, the context does not fit memory")),
+        "{h}"
+    );
     let o = run_bounded(vigil_in(&d.0, &["history", "ctx", "--json"]), T);
     let rows = json_lines(&o);
-    assert!(rows.iter().any(|r| r["verdict"] == "ready" && r["repairs"].as_array().is_some_and(|a| a.len() == 1)), "{rows:?}");
+    assert!(
+        rows.iter().any(|r| r["verdict"] == "ready" && r["repairs"].as_array().is_some_and(|a| a.len() == 1)),
+        "{rows:?}"
+    );
     assert!(rows.iter().any(|r| r["verdict"] == "crashed" && r["cause"] == "host_oom"), "{rows:?}");
     // restart replays the repaired command, and says so
     let o = run_bounded(vigil_in(&d.0, &["restart", "ctx", "--grace", "2s"]), T);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains("replaying the command as `vigil up --repair` repaired it (1 repair: -c 100000000 -> "), "{}", text(&o));
+    assert!(
+        text(&o).contains("replaying the command as `vigil up --repair` repaired it (1 repair: -c 100000000 -> "),
+        "{}",
+        text(&o)
+    );
     let run = run_json(&d.0, "ctx");
     assert_eq!(flag(&argv_of(&run), "-c"), Some(new_ctx.to_string().as_str()));
     assert_eq!(run["repairs"].as_array().unwrap().len(), 1, "the record keeps saying how the command came to be");
@@ -233,11 +244,10 @@ fn e2e_an_earlier_attempt_holding_the_port_is_stopped_and_relaunched() {
     assert!(!alive(old), "the earlier attempt is stopped");
     assert_eq!(of(&ev, "launched").len(), 1);
     assert_eq!(ev.last().unwrap()["verdict"], "ready");
-    let new: i32 =
-        serde_json::from_slice::<serde_json::Value>(&std::fs::read(d.0.join("runs/z/state.json")).unwrap()).unwrap()
-            ["server_pid"]
-            .as_i64()
-            .unwrap() as i32;
+    let new: i32 = serde_json::from_slice::<serde_json::Value>(&std::fs::read(d.0.join("runs/z/state.json")).unwrap())
+        .unwrap()["server_pid"]
+        .as_i64()
+        .unwrap() as i32;
     assert!(alive(new) && new != old);
     down(&d.0, "z");
 }

@@ -220,7 +220,8 @@ fn attempts_are_bounded() {
     let mut c = llama_ctx();
     c.level = Level::Any;
     c.max = 1;
-    c.done = vec![Done { cause: Some(Cause::PortInUse), rule: "earlier-attempt".into(), edit: "x".into(), why: "y".into() }];
+    c.done =
+        vec![Done { cause: Some(Cause::PortInUse), rule: "earlier-attempt".into(), edit: "x".into(), why: "y".into() }];
     assert_eq!(c.why(), "1 repair made, the most --repair=1 allows");
     c.max = 0;
     c.done.clear();
@@ -287,9 +288,13 @@ fn capture_oom_halves_the_capture_size_from_the_servers_own_number() {
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"];
     let c = Case::new("vllm", Cause::GpuOom, Phase::CudaGraphs, "vllm serve /m", &log);
     assert_eq!(c.repaired().edit_text(), "--max-cudagraph-capture-size (unset: 512) -> 256");
-    let log = ["Capturing batches (bs=160 avail_mem=38.07 GB):   2%|| 1/36", "Capturing batches (bs=152 avail_mem=38.0 GB)",
-        "Exception: Capture cuda graph failed: CUDA out of memory."];
-    let mut c = Case::new("sglang", Cause::GpuOom, Phase::CudaGraphs, "python -m sglang.launch_server --model-path /m", &log);
+    let log = [
+        "Capturing batches (bs=160 avail_mem=38.07 GB):   2%|| 1/36",
+        "Capturing batches (bs=152 avail_mem=38.0 GB)",
+        "Exception: Capture cuda graph failed: CUDA out of memory.",
+    ];
+    let mut c =
+        Case::new("sglang", Cause::GpuOom, Phase::CudaGraphs, "python -m sglang.launch_server --model-path /m", &log);
     assert_eq!(c.repaired().edit_text(), "--cuda-graph-max-bs-decode (unset: 160) -> 80");
     // the deprecated spelling is edited where the user wrote it; down to 1 at least
     c.argv = argv("python -m sglang.launch_server --cuda-graph-max-bs 1");
@@ -345,7 +350,8 @@ fn expressions() {
 #[test]
 fn a_bad_rule_is_an_error_naming_it() {
     let bad = |extra: &str| {
-        let t = format!("name = \"x\"\n[[repair]]\nname = \"r\"\nwhy = \"w\"\nsource = \"s\"\nversions = \"v\"\n{extra}\n");
+        let t =
+            format!("name = \"x\"\n[[repair]]\nname = \"r\"\nwhy = \"w\"\nsource = \"s\"\nversions = \"v\"\n{extra}\n");
         Profiles::load(&[("u.toml".into(), t)]).err().map(|e| e.0).unwrap_or_default()
     };
     assert!(bad("action = \"set\"").contains("repair 'r': set needs flag, value and direction"));

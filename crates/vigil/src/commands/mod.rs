@@ -164,7 +164,9 @@ pub async fn up(
     if let Nodes::Remote(hs) = nodes {
         if hs.list.len() > 1 || hs.multi_node {
             if a.repair.is_some() {
-                return Err(CliError::usage("up --repair: one node at a time (a fleet or a multi-node server is not repaired)"));
+                return Err(CliError::usage(
+                    "up --repair: one node at a time (a fleet or a multi-node server is not repaired)",
+                ));
             }
             return crate::supervise::hosts::up(hs.clone(), a, argv, profiles).await;
         }

@@ -35,7 +35,11 @@ impl RepairMode {
                 "dry" => m.dry = true,
                 n => match n.parse::<usize>() {
                     Ok(n) if (1..=10).contains(&n) => m.max = n,
-                    _ => return Err(format!("'{part}': say a number of attempts (1-10), any or dry, e.g. --repair=any,3")),
+                    _ => {
+                        return Err(format!(
+                            "'{part}': say a number of attempts (1-10), any or dry, e.g. --repair=any,3"
+                        ))
+                    }
                 },
             }
         }
@@ -90,12 +94,17 @@ pub async fn up(
             }
             None => vec![],
         };
-        let holders = if node.host().is_none() { local_holders(&name, &argv, kind.as_deref(), &profiles) } else { vec![] };
+        let holders =
+            if node.host().is_none() { local_holders(&name, &argv, kind.as_deref(), &profiles) } else { vec![] };
         let facts = gpu_facts(node.host().is_none());
         let rules = profiles.repairs_for(kind.as_deref());
         let f = Failure {
             verdict,
-            cause: r.report.as_ref().and_then(|x| x.cause).or((verdict.is_none() && !holders.is_empty()).then_some(vigil_core::Cause::PortInUse)),
+            cause: r
+                .report
+                .as_ref()
+                .and_then(|x| x.cause)
+                .or((verdict.is_none() && !holders.is_empty()).then_some(vigil_core::Cause::PortInUse)),
             phase: r.report.as_ref().map(|x| x.phase).unwrap_or(vigil_core::Phase::Launch),
             lines: &lines,
             holders: &holders,
@@ -136,9 +145,17 @@ pub async fn up(
         match node.stop(&name, a.launch.grace, &mut rep).await {
             Ok(true) => {}
             Ok(false) => {
-                return end(&mut rep, r, attempt, &words, Some(format!("'{name}' could not be stopped, so it is not launched again")))
+                return end(
+                    &mut rep,
+                    r,
+                    attempt,
+                    &words,
+                    Some(format!("'{name}' could not be stopped, so it is not launched again")),
+                )
             }
-            Err(e) => return end(&mut rep, r, attempt, &words, Some(format!("stopping '{name}' failed: {}", e.message()))),
+            Err(e) => {
+                return end(&mut rep, r, attempt, &words, Some(format!("stopping '{name}' failed: {}", e.message())))
+            }
         }
         if let (RepairAction::StopLeftover { .. }, None) = (&p.action, node.host()) {
             if let Some(port) = port_of(&argv, kind.as_deref(), &profiles) {
@@ -159,7 +176,13 @@ fn end(rep: &mut Reporter, r: HostResult, attempts: usize, words: &[String], no_
     let verdict = r.report.as_ref().map(|x| x.verdict);
     rep.emit(
         None,
-        &WatchEvent::Repairs { attempts, repairs: words, verdict, exit: r.code.code(), no_repair: no_repair.as_deref() },
+        &WatchEvent::Repairs {
+            attempts,
+            repairs: words,
+            verdict,
+            exit: r.code.code(),
+            no_repair: no_repair.as_deref(),
+        },
     );
     r
 }

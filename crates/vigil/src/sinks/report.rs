@@ -882,6 +882,57 @@ mod tests {
         assert_eq!(printable("a\x7fb\rc"), "a\\x7fb\\x0dc");
     }
 
+    /// `up --repair`: the repair line says the edit, why, what `--repair=any` changes and the command run next;
+    /// the chain ends with what the repairs did, or why there was none.
+    #[test]
+    fn a_repaired_start() {
+        let (mut r, out) = plain();
+        let action = vigil_core::repair::RepairAction::Add { args: vec!["--enforce-eager".into()] };
+        let argv: Vec<String> = ["vllm", "serve", "/m a", "--enforce-eager"].iter().map(|s| s.to_string()).collect();
+        let e = WatchEvent::Repair {
+            attempt: 1,
+            cause: None,
+            rule: "capture-stall",
+            profile: "vllm",
+            edit: "+ --enforce-eager",
+            action: &action,
+            why: "CUDA-graph capture stalled",
+            level: vigil_core::repair::Level::Any,
+            changes: Some("CUDA graphs (--enforce-eager runs without them)"),
+            argv: &argv,
+            source: "s",
+            dry: false,
+        };
+        r.emit(Some(5), &e);
+        let words = vec!["+ --enforce-eager, CUDA-graph capture stalled".to_string()];
+        r.emit(
+            Some(9),
+            &WatchEvent::Repairs {
+                attempts: 2,
+                repairs: &words,
+                verdict: Some(Verdict::Ready),
+                exit: 0,
+                no_repair: None,
+            },
+        );
+        r.emit(
+            Some(9),
+            &WatchEvent::Repairs {
+                attempts: 1,
+                repairs: &[],
+                verdict: Some(Verdict::Crashed),
+                exit: 3,
+                no_repair: Some("the cause is unknown"),
+            },
+        );
+        assert_eq!(
+            out.text(),
+            "[  0.01s] repair of attempt 1: + --enforce-eager, CUDA-graph capture stalled (--repair=any changes what you set: CUDA graphs (--enforce-eager runs without them)); relaunching: vllm serve '/m a' --enforce-eager\n\
+             [  0.01s] ready after 1 repair: + --enforce-eager, CUDA-graph capture stalled\n\
+             [  0.01s] no repair: the cause is unknown\n"
+        );
+    }
+
     /// Several hosts: each watch's reporter is tagged and shares stdout; the driver tells the least advanced
     /// rank's phase; the end is the multi-node headline and the per-host table (`tables::fleet_text`).
     #[test]

@@ -457,7 +457,7 @@ pub fn plan(f: &Failure, s: &Setting) -> Decision {
             ));
         }
     }
-    if f.verdict == Some(Verdict::Crashed) && matches!(f.cause, None | Some(Cause::Unknown)) && f.holders.is_empty() {
+    if f.verdict == Some(Verdict::Crashed) && matches!(f.cause, None | Some(Cause::Unknown)) {
         return no("the cause is unknown: vigil repairs only a failure whose cause it knows");
     }
     // Why rules that answered gave nothing: the first that needs --repair=any, the first for another reason.

@@ -165,6 +165,12 @@ fn an_earlier_attempt_of_this_run_is_stopped() {
     assert_eq!(p.action, RepairAction::StopLeftover { pids: vec![41], holds: vec!["port 8080".into()] });
     assert_eq!(p.argv, c.argv, "the command is not changed");
     assert_eq!(p.edit_text(), "stop the earlier attempt (pid 41, holding port 8080)");
+    // after a crash the run's processes are the attempt that crashed: never a reason to relaunch
+    c.verdict = Some(Verdict::Crashed);
+    c.cause = Some(Cause::Unknown);
+    assert_eq!(c.why(), "the cause is unknown: vigil repairs only a failure whose cause it knows");
+    c.cause = Some(Cause::PortInUse);
+    assert_eq!(c.why(), "no repair is known for crashed in launch, cause port_in_use");
 }
 
 #[test]

@@ -94,8 +94,10 @@ pub async fn up(
             }
             None => vec![],
         };
-        let holders =
-            if node.host().is_none() { local_holders(&name, &argv, kind.as_deref(), &profiles) } else { vec![] };
+        let holders = match node.host() {
+            None => local_holders(&name, &argv, kind.as_deref(), &profiles, verdict.is_none()),
+            Some(_) => vec![],
+        };
         let facts = gpu_facts(node.host().is_none());
         let rules = profiles.repairs_for(kind.as_deref());
         let f = Failure {
@@ -210,8 +212,9 @@ async fn port_released(port: u16) -> bool {
 
 /// Who holds what the next attempt needs, on this machine: the processes an earlier attempt of this run left
 /// (its keeper gone, they carry the run's mark), and the port's holder, told apart by its mark
-/// (`VIGIL_RUN_DIR`: this run's folder, another run's, or none: a process vigil did not start).
-fn local_holders(name: &str, argv: &[String], kind: Option<&str>, profiles: &Profiles) -> Vec<Holder> {
+/// (`VIGIL_RUN_DIR`: this run's folder, another run's, or none: a process vigil did not start). After a
+/// verdict (`refused` false) the run's own processes are the attempt that just failed: not holders.
+fn local_holders(name: &str, argv: &[String], kind: Option<&str>, profiles: &Profiles, refused: bool) -> Vec<Holder> {
     let Ok(dir) = crate::node::run::run_dir(name) else { return vec![] };
     let mut out = Vec::new();
     let now = crate::node::up::find_run(&dir);
@@ -220,10 +223,10 @@ fn local_holders(name: &str, argv: &[String], kind: Option<&str>, profiles: &Pro
             .map(|c| crate::sinks::redact::redact(&c, &[]).0.join(" "))
             .unwrap_or_else(|| format!("pid {pid}"))
     };
-    if now.keeper.is_none() {
+    if refused && now.keeper.is_none() {
         for pid in now.server.into_iter().chain(now.pids.iter().copied()) {
             if !out.iter().any(|h: &Holder| h.pid == pid) {
-                out.push(Holder { pid, cmd: cmd(pid), of: HolderOf::ThisRun, holds: format!("run '{name}'") });
+                out.push(Holder { pid, cmd: cmd(pid), of: HolderOf::ThisRun, holds: format!("the name '{name}'") });
             }
         }
     }
@@ -234,6 +237,7 @@ fn local_holders(name: &str, argv: &[String], kind: Option<&str>, profiles: &Pro
                 Some((pid, _)) => {
                     let mark = crate::sources::procs::env_var(pid, crate::node::up::MARK);
                     let of = match mark {
+                        Some(m) if std::path::Path::new(&m) == dir && !refused => return out,
                         Some(m) if std::path::Path::new(&m) == dir && now.keeper.is_none() => HolderOf::ThisRun,
                         Some(m) if std::path::Path::new(&m) == dir => HolderOf::LiveRun,
                         Some(m) => HolderOf::OtherRun(

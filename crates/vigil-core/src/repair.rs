@@ -524,19 +524,25 @@ pub fn plan(f: &Failure, s: &Setting) -> Decision {
                 return Decision::Repair(Box::new(plan_of(r, f, RepairAction::Add { args: r.args.clone() }, argv)));
             }
             ActionKind::Unset => {
-                let Some((i, name, eq)) = find_flag(s.argv, &r.flags) else { continue };
+                let Some((_, name, _)) = find_flag(s.argv, &r.flags) else { continue };
+                // every occurrence goes, the last one's value is the one that was in force
                 let mut argv = s.argv.to_vec();
-                let before = match eq {
-                    Some(v) => {
-                        argv.remove(i);
-                        v
-                    }
-                    None => {
-                        let v = argv.get(i + 1).cloned().unwrap_or_default();
-                        argv.drain(i..(i + 2).min(argv.len()));
-                        v
-                    }
-                };
+                let mut before = None;
+                while let Some((i, _, eq)) = find_flag(&argv, &r.flags) {
+                    let v = match eq {
+                        Some(v) => {
+                            argv.remove(i);
+                            v
+                        }
+                        None => {
+                            let v = argv.get(i + 1).cloned().unwrap_or_default();
+                            argv.drain(i..(i + 2).min(argv.len()));
+                            v
+                        }
+                    };
+                    before.get_or_insert(v);
+                }
+                let before = before.unwrap_or_default();
                 let edit = FlagEdit { flag: name, before: Some(before), default: None, after: None };
                 return Decision::Repair(Box::new(plan_of(r, f, RepairAction::Set(edit), argv)));
             }
@@ -576,9 +582,11 @@ fn plan_of(r: &Repair, f: &Failure, action: RepairAction, argv: Vec<String>) -> 
     }
 }
 
-/// Where a flag is on the command line: (index of the flag, its value, whether it is `--flag=value`).
+/// Where a flag is on the command line: (index of the flag, the spelling used, the value of `--flag=value`).
+/// The last one given: the servers' parsers (argparse, llama.cpp's) keep the last, and a wrapper before the
+/// server (`sh -c '...' sh llama-server ... -c N`) may use the same letters for its own flags.
 fn find_flag(argv: &[String], names: &[String]) -> Option<(usize, String, Option<String>)> {
-    for (i, a) in argv.iter().enumerate() {
+    for (i, a) in argv.iter().enumerate().rev() {
         for n in names {
             if a == n {
                 return Some((i, n.clone(), None));

@@ -102,9 +102,12 @@ fn a_context_over_the_trained_one_becomes_the_trained_one_under_any() {
     // four sequences sharing the context: the trained context for each
     c.lines[0] = "llama_context: n_ctx_seq (25000000) > n_ctx_train (512) -- possible training context overflow".into();
     assert_eq!(c.repaired().edit_text(), "-c 100000000 -> 2048");
+    // a wrapper's own -c before the server's is not the server's
+    c.lines = lines(LLAMA_CTX);
+    c.argv = argv("sh -c x sh llama-server -m m.gguf -c 100000000");
+    assert_eq!(c.repaired().argv, argv("sh -c x sh llama-server -m m.gguf -c 512"));
     // --ctx-size=N is edited in its own spelling
     c.argv = argv("llama-server -m m.gguf --ctx-size=100000000");
-    c.lines = lines(LLAMA_CTX);
     assert_eq!(c.repaired().argv, argv("llama-server -m m.gguf --ctx-size=512"));
 }
 
@@ -128,6 +131,10 @@ fn a_context_within_the_trained_one_goes_to_the_servers_fit_step_unless_fit_is_o
     assert_eq!(p.rule, "context-to-fit");
     assert_eq!(p.argv, argv("llama-server -m m.gguf -ngl 99"));
     assert_eq!(p.edit_text(), "-c 65536 -> (removed: the server chooses)");
+    // given twice: both go (the last was in force)
+    c.argv = argv("llama-server -c 1024 -m m.gguf --ctx-size=65536");
+    assert_eq!(c.repaired().argv, argv("llama-server -m m.gguf"));
+    assert_eq!(c.repaired().edit_text(), "--ctx-size 65536 -> (removed: the server chooses)");
     c.argv = argv("llama-server -m m.gguf -c 65536 -fit off");
     assert!(c.why().starts_with("no repair is known for crashed in kv_cache"), "{}", c.why());
 }

@@ -85,7 +85,7 @@ pub async fn up(
             _ => false,
         };
         if !failed || r.interrupted {
-            return end(&mut rep, r, attempt, &words, None);
+            return end(&mut rep, t0, r, attempt, &words, None);
         }
         let lines = match &r.report {
             Some(x) => {
@@ -117,13 +117,13 @@ pub async fn up(
             decision = Decision::NoRepair { why: "the overall --timeout leaves no time for another attempt".into() };
         }
         let p = match decision {
-            Decision::NoRepair { why } => return end(&mut rep, r, attempt, &words, Some(why)),
+            Decision::NoRepair { why } => return end(&mut rep, t0, r, attempt, &words, Some(why)),
             Decision::Repair(p) => p,
         };
         let edit = p.edit_text();
         let (shown, _, _) = crate::sinks::redact::redact(&p.argv, &[]);
         rep.emit(
-            None,
+            Some(t0.elapsed().as_millis() as u64),
             &WatchEvent::Repair {
                 attempt,
                 cause: p.cause,
@@ -140,7 +140,14 @@ pub async fn up(
             },
         );
         if mode.dry {
-            return end(&mut rep, r, attempt, &words, Some(format!("--repair=dry: '{name}' was not launched again")));
+            return end(
+                &mut rep,
+                t0,
+                r,
+                attempt,
+                &words,
+                Some(format!("--repair=dry: '{name}' was not launched again")),
+            );
         }
         // The run is stopped before the relaunch, its release proven as `vigil down` proves it (no process of
         // the run left, its GPU memory released); for an earlier attempt that is the very same stop.
@@ -149,6 +156,7 @@ pub async fn up(
             Ok(false) => {
                 return end(
                     &mut rep,
+                    t0,
                     r,
                     attempt,
                     &words,
@@ -156,14 +164,21 @@ pub async fn up(
                 )
             }
             Err(e) => {
-                return end(&mut rep, r, attempt, &words, Some(format!("stopping '{name}' failed: {}", e.message())))
+                return end(
+                    &mut rep,
+                    t0,
+                    r,
+                    attempt,
+                    &words,
+                    Some(format!("stopping '{name}' failed: {}", e.message())),
+                )
             }
         }
         if let (RepairAction::StopLeftover { .. }, None) = (&p.action, node.host()) {
             if let Some(port) = port_of(&argv, kind.as_deref(), &profiles) {
                 if !port_released(port).await {
                     let why = format!("port {port} is still taken after the earlier attempt was stopped");
-                    return end(&mut rep, r, attempt, &words, Some(why));
+                    return end(&mut rep, t0, r, attempt, &words, Some(why));
                 }
             }
         }
@@ -174,10 +189,17 @@ pub async fn up(
 }
 
 /// The end of the chain: the `repairs` event (people see "no repair: why" or "ready after N repairs: …").
-fn end(rep: &mut Reporter, r: HostResult, attempts: usize, words: &[String], no_repair: Option<String>) -> HostResult {
+fn end(
+    rep: &mut Reporter,
+    t0: Instant,
+    r: HostResult,
+    attempts: usize,
+    words: &[String],
+    no_repair: Option<String>,
+) -> HostResult {
     let verdict = r.report.as_ref().map(|x| x.verdict);
     rep.emit(
-        None,
+        Some(t0.elapsed().as_millis() as u64),
         &WatchEvent::Repairs {
             attempts,
             repairs: words,

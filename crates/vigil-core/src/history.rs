@@ -137,6 +137,10 @@ pub struct Startup {
     /// Phases that ran past their usual duration by the margin (the `slow` events).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slow: Vec<Phase>,
+    /// The repairs `vigil up --repair` made before this start (issue #35), in words
+    /// (`-c 100000000 -> 512, the context does not fit memory ...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<String>,
 }
 
 impl Startup {
@@ -398,6 +402,7 @@ mod tests {
             facts: BTreeMap::new(),
             started_unix_ms: 0,
             slow: vec![],
+            repairs: vec![],
         }
     }
 

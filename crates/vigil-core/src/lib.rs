@@ -14,6 +14,7 @@ pub mod outcome;
 pub mod policy;
 pub mod profile;
 pub mod proof;
+pub mod repair;
 pub mod time;
 pub mod tree;
 pub mod types;

@@ -46,6 +46,9 @@ pub struct ProfileFile {
     /// What a multi-node server's rank says when a peer went away (issue #32).
     #[serde(default)]
     pub multi_node: MultiNodeSpec,
+    /// What `vigil up --repair` may change after a failed start, and when (issue #35, docs/repair.md).
+    #[serde(default)]
+    pub repair: Vec<crate::repair::RepairSpec>,
 }
 
 /// `[multi_node]`: the lines by which a rank's failure shows it followed a peer's (the peer's process died
@@ -531,6 +534,8 @@ pub struct Profile {
     pub history: HistorySpec,
     /// `[multi_node] peer_gone`, compiled.
     pub peer_gone: Vec<Regex>,
+    /// `[[repair]]` rules, compiled, in the order they are tried.
+    pub repairs: Vec<crate::repair::Repair>,
     pub prefixes: Vec<Prefix>,
     pub rules: Vec<Rule>,
     /// All rule patterns in one set: one pass finds the first matching rule. Byte-oriented and ASCII-only
@@ -653,6 +658,7 @@ impl Profile {
             metrics: None,
             history: HistorySpec::default(),
             peer_gone: vec![],
+            repairs: vec![],
             prefixes: vec![],
             rules: vec![],
             rule_set: std::sync::OnceLock::new(),
@@ -739,6 +745,17 @@ impl Profile {
         }
         for g in &f.multi_node.peer_gone {
             self.peer_gone.push(re(origin, "multi_node.peer_gone", &g.pattern)?);
+        }
+        let mut repairs = f
+            .repair
+            .iter()
+            .map(|r| crate::repair::Repair::compile(origin, &f.name, r).map_err(ProfileError))
+            .collect::<Result<Vec<_>, _>>()?;
+        if front {
+            repairs.append(&mut self.repairs);
+            self.repairs = repairs;
+        } else {
+            self.repairs.append(&mut repairs);
         }
         let c = &f.cmd;
         if c.dummy_health_flag.is_some() {
@@ -898,6 +915,12 @@ impl Profiles {
     }
 
     /// Whether a rank's failure text (its root-cause lines) says a peer went away: the server kind's
+    /// The `[[repair]]` rules for a server kind: its own, then the framework layer's.
+    pub fn repairs_for(&self, kind: Option<&str>) -> Vec<&crate::repair::Repair> {
+        let own = kind.and_then(|k| self.get(k)).filter(|p| p.name != "generic");
+        own.into_iter().chain(std::iter::once(self.generic())).flat_map(|p| p.repairs.iter()).collect()
+    }
+
     /// `[multi_node] peer_gone` patterns and the framework layer's.
     pub fn peer_gone<'a>(&self, kind: Option<&str>, lines: impl IntoIterator<Item = &'a str> + Clone) -> bool {
         let own = kind.and_then(|k| self.get(k)).filter(|p| p.name != "generic");

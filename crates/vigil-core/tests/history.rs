@@ -43,6 +43,7 @@ fn good(k: &Key, weights_ms: u64, gap_ms: u64) -> Startup {
         facts: BTreeMap::new(),
         started_unix_ms: 0,
         slow: vec![],
+        repairs: vec![],
     }
 }
 

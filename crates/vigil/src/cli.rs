@@ -384,6 +384,10 @@ pub(crate) struct ProofFlags {
     pub(crate) on_stall: Option<vigil_core::policy::OnStall>,
 }
 
+fn parse_repair(s: &str) -> Result<crate::supervise::repair::RepairMode, String> {
+    crate::supervise::repair::RepairMode::parse(s)
+}
+
 fn parse_on_stall(s: &str) -> Result<vigil_core::policy::OnStall, String> {
     vigil_core::policy::OnStall::parse(s).ok_or_else(|| format!("'{s}': say keep or stop"))
 }
@@ -431,6 +435,13 @@ pub(crate) struct UpFlags {
     /// Skip the preflight check (vigil check) before launching.
     #[arg(long, help_heading = help::LAUNCH)]
     pub(crate) no_check: bool,
+    /// After a crash or stall whose diagnosis carries a repair, stop the run, repair its command and
+    /// relaunch it (docs/repair.md): N attempts (default 2); `any` may also change what you set (context
+    /// length, eager mode); `dry` prints the repaired command and launches nothing. Combine with commas:
+    /// `--repair=any,3`.
+    #[arg(long, value_name = "N|any|dry", num_args = 0..=1, require_equals = true, default_missing_value = "2",
+          value_parser = parse_repair, help_heading = help::SUPERVISION)]
+    pub(crate) repair: Option<crate::supervise::repair::RepairMode>,
     /// Do not probe the health URL: the log alone proves readiness.
     #[arg(long, help_heading = help::PROBING)]
     pub(crate) no_probe: bool,

@@ -91,7 +91,9 @@ impl UpFlags {
                 log_keep: self.log_keep,
                 env: self.env,
                 env_file: self.env_file,
+                repairs: vec![],
             },
+            repair: self.repair,
             proof: {
                 let mut w = wait::Args::new();
                 self.proof.apply(&mut w);

@@ -163,6 +163,11 @@ pub async fn up(
     }
     if let Nodes::Remote(hs) = nodes {
         if hs.list.len() > 1 || hs.multi_node {
+            if a.repair.is_some() {
+                return Err(CliError::usage(
+                    "up --repair: one node at a time (a fleet or a multi-node server is not repaired)",
+                ));
+            }
             return crate::supervise::hosts::up(hs.clone(), a, argv, profiles).await;
         }
     }
@@ -174,19 +179,24 @@ pub async fn up(
     let label = node.host().unwrap_or("local").to_string();
     let a = Arc::new(a);
     let profiles = Arc::new(profiles);
-    let r = crate::supervise::hosts::up_one(
-        node.clone(),
-        &label,
-        None,
-        1,
-        false,
-        a.clone(),
-        argv,
-        profiles.clone(),
-        None,
-        None,
-    )
-    .await;
+    let r = match a.repair {
+        Some(mode) => crate::supervise::repair::up(node.clone(), &label, a.clone(), argv, profiles.clone(), mode).await,
+        None => {
+            crate::supervise::hosts::up_one(
+                node.clone(),
+                &label,
+                None,
+                1,
+                false,
+                a.clone(),
+                argv,
+                profiles.clone(),
+                None,
+                None,
+            )
+            .await
+        }
+    };
     let (name, interrupted, ready) =
         (r.name.clone(), r.interrupted, r.report.as_ref().is_some_and(|x| x.verdict == Verdict::Ready));
     let server = r.report.as_ref().and_then(|x| x.server.clone());
@@ -280,7 +290,19 @@ pub async fn restart(name: &str, a: UpArgs, profiles: Profiles) -> Result<Exit, 
     if !surv.is_empty() {
         return Ok(Exit::NotStopped);
     }
-    let launch = crate::node::LaunchSettings { replace: true, ..a.launch };
+    if !rec.repairs.is_empty() {
+        // the command `up --repair` reached, not the one first typed: say so, and keep the record saying so
+        let n = rec.repairs.len();
+        rep.note(
+            0,
+            &format!(
+                "replaying the command as `vigil up --repair` repaired it ({n} repair{}: {})",
+                if n == 1 { "" } else { "s" },
+                rec.repairs.join("; ")
+            ),
+        );
+    }
+    let launch = crate::node::LaunchSettings { replace: true, repairs: rec.repairs.clone(), ..a.launch };
     let a = UpArgs { detach: true, name: Some(name.to_string()), server: rec.server.clone(), launch, ..a };
     let n = crate::node::run::restarts(&dir) + 1;
     crate::node::run::write_atomic(&dir.join("restarts"), n.to_string().as_bytes())?;

@@ -77,6 +77,8 @@ pub struct LaunchSettings {
     /// `--env K=V`, `--env-file`.
     pub env: Vec<String>,
     pub env_file: Option<PathBuf>,
+    /// The repairs `up --repair` made to reach this command (recorded with the run for `restart`).
+    pub repairs: Vec<String>,
 }
 
 /// A run on a node as its watch needs it (issue #25): where its log and exit status come from (a local

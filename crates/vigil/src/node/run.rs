@@ -43,6 +43,10 @@ pub struct RunRecord {
     pub log_max_bytes: u64,
     pub log_keep: u32,
     pub created_unix_ms: u64,
+    /// The repairs `vigil up --repair` made to reach this command (issue #35), in words: `restart` replays
+    /// the command as repaired and says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -405,6 +409,7 @@ mod tests {
             log_max_bytes: 0,
             log_keep: 0,
             created_unix_ms: 0,
+            repairs: vec![],
         };
         let (a2, e2) = unredact(&rec, &s);
         assert_eq!(a2, argv);

@@ -362,6 +362,7 @@ pub async fn launch(
         log_max_bytes: a.log_max_bytes,
         log_keep: a.log_keep.max(1),
         created_unix_ms: crate::state::now_ms(),
+        repairs: a.repairs.clone(),
     };
     let sp = run::secrets_path(name)?;
     if secrets.argv.is_empty() && secrets.env.is_empty() {

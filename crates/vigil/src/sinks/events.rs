@@ -63,6 +63,38 @@ pub enum WatchEvent<'a> {
     TreeStopped { pid: i32, report: &'a StopReport },
     /// Multi-node: the least advanced rank's phase changed.
     MultiNodePhase { phase: Phase, slowest_rank: usize, slowest_host: &'a str },
+    /// `up --repair` (issue #35): the attempt that just failed is repaired: the run is stopped (its release
+    /// proven), the command edited and launched again under the same name (`dry`: only shown).
+    Repair {
+        /// The attempt that failed (1: the first launch).
+        attempt: usize,
+        cause: Option<Cause>,
+        rule: &'a str,
+        profile: &'a str,
+        /// The edit in words: `-c 100000000 -> 512`.
+        edit: &'a str,
+        action: &'a vigil_core::repair::RepairAction,
+        why: &'a str,
+        level: vigil_core::repair::Level,
+        /// `--repair=any`: what the user set that it changes.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        changes: Option<&'a str>,
+        /// The command after the repair (secret values redacted).
+        argv: &'a [String],
+        source: &'a str,
+        dry: bool,
+    },
+    /// `up --repair`: the end of the chain (the last line): how many attempts, the repairs made (`EDIT, WHY`),
+    /// the last attempt's verdict and exit code, and why no further repair was made when the last one failed.
+    Repairs {
+        attempts: usize,
+        repairs: &'a [String],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        verdict: Option<vigil_core::Verdict>,
+        exit: i32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        no_repair: Option<&'a str>,
+    },
     /// `diagnose --explain`: the rule a line matched.
     Match {
         line: u64,
@@ -216,6 +248,48 @@ mod tests {
         );
         let r = StopReport { stopped: vec![], survivors: vec![], elapsed_ms: 5 };
         assert_eq!(v(&WatchEvent::TreeStopped { pid: 7, report: &r })["event"], "stopped");
+        let action = vigil_core::repair::RepairAction::Set(vigil_core::repair::FlagEdit {
+            flag: "-c".into(),
+            before: Some("100000000".into()),
+            default: None,
+            after: Some("512".into()),
+        });
+        let argv = ["llama-server".to_string(), "-c".into(), "512".into()];
+        let e = WatchEvent::Repair {
+            attempt: 1,
+            cause: Some(Cause::HostOom),
+            rule: "context-over-train",
+            profile: "llama-cpp",
+            edit: "-c 100000000 -> 512",
+            action: &action,
+            why: "w",
+            level: vigil_core::repair::Level::Any,
+            changes: Some("the context length"),
+            argv: &argv,
+            source: "s",
+            dry: false,
+        };
+        assert_eq!(
+            v(&e),
+            serde_json::json!({"event": "repair", "attempt": 1, "cause": "host_oom", "rule": "context-over-train",
+                "profile": "llama-cpp", "edit": "-c 100000000 -> 512",
+                "action": {"kind": "set", "flag": "-c", "before": "100000000", "after": "512"}, "why": "w",
+                "level": "any", "changes": "the context length", "argv": ["llama-server", "-c", "512"], "source": "s",
+                "dry": false})
+        );
+        let words = ["-c 100000000 -> 512, w".to_string()];
+        let e = WatchEvent::Repairs {
+            attempts: 2,
+            repairs: &words,
+            verdict: Some(vigil_core::Verdict::Ready),
+            exit: 0,
+            no_repair: None,
+        };
+        assert_eq!(
+            v(&e),
+            serde_json::json!({"event": "repairs", "attempts": 2, "repairs": ["-c 100000000 -> 512, w"],
+                "verdict": "ready", "exit": 0})
+        );
         let e = RunEvent::Signal { signal: "SIGTERM", pids: &[1, 2], t_unix_ms: 9 };
         assert_eq!(
             e.to_value(),

@@ -85,6 +85,14 @@ pub(crate) fn change_text(c: &core::Change) -> String {
     format!("{}: {} → {}", c.item, c.before.as_deref().unwrap_or("unset"), c.after.as_deref().unwrap_or("unset"))
 }
 
+/// A start `vigil up --repair` reached after repairs: "ready after 1 repair: -c 100000000 -> 512, the
+/// context does not fit memory" (each repair is `EDIT, WHY`).
+pub fn repaired_text(verdict: vigil_core::Verdict, repairs: &[String]) -> String {
+    let n = repairs.len();
+    let list = repairs.join("; ");
+    format!("{verdict} after {n} repair{}: {list}", if n == 1 { "" } else { "s" })
+}
+
 pub(crate) fn fmt_phases(p: &BTreeMap<Phase, u64>) -> String {
     p.iter().map(|(k, v)| format!("{k} {}", fmt_ms(*v))).collect::<Vec<_>>().join(" · ")
 }

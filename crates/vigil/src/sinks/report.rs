@@ -42,6 +42,20 @@ pub fn is_tty(fd: i32) -> bool {
     unsafe { libc::isatty(fd) == 1 }
 }
 
+/// A command line as a person reads it: arguments with spaces or quotes in single quotes.
+fn shown_argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 impl Reporter {
     pub fn new(json: bool, quiet: bool) -> Reporter {
         let mode = if json {
@@ -168,6 +182,20 @@ impl Reporter {
             WatchEvent::MultiNodePhase { phase, slowest_rank, slowest_host } => {
                 format!("multi-node: {phase} (least advanced: rank {slowest_rank} on {slowest_host})")
             }
+            WatchEvent::Repair { attempt, edit, why, changes, argv, dry, .. } => {
+                let any = changes.map(|c| format!(" (--repair=any changes what you set: {c})")).unwrap_or_default();
+                let cmd = shown_argv(argv);
+                if *dry {
+                    format!("repair (dry run) of attempt {attempt}: {edit}, {why}{any}; would run: {cmd}")
+                } else {
+                    format!("repair of attempt {attempt}: {edit}, {why}{any}; relaunching: {cmd}")
+                }
+            }
+            WatchEvent::Repairs { repairs, verdict, no_repair, .. } => match (no_repair, verdict) {
+                (Some(w), _) => format!("no repair: {w}"),
+                (None, Some(v)) if !repairs.is_empty() => crate::sinks::history::repaired_text(*v, repairs),
+                _ => return,
+            },
             WatchEvent::Match { line, profile, rule, text, kind, phase, cause, .. } => {
                 let what = match phase {
                     Some(p) => format!("{kind}→{p}"),
@@ -852,6 +880,57 @@ mod tests {
         assert!(!text.contains('\x07') && !text.contains('\u{9b}'), "{text:?}");
         assert_eq!(printable("plain text\tkept"), "plain text\tkept");
         assert_eq!(printable("a\x7fb\rc"), "a\\x7fb\\x0dc");
+    }
+
+    /// `up --repair`: the repair line says the edit, why, what `--repair=any` changes and the command run next;
+    /// the chain ends with what the repairs did, or why there was none.
+    #[test]
+    fn a_repaired_start() {
+        let (mut r, out) = plain();
+        let action = vigil_core::repair::RepairAction::Add { args: vec!["--enforce-eager".into()] };
+        let argv: Vec<String> = ["vllm", "serve", "/m a", "--enforce-eager"].iter().map(|s| s.to_string()).collect();
+        let e = WatchEvent::Repair {
+            attempt: 1,
+            cause: None,
+            rule: "capture-stall",
+            profile: "vllm",
+            edit: "+ --enforce-eager",
+            action: &action,
+            why: "CUDA-graph capture stalled",
+            level: vigil_core::repair::Level::Any,
+            changes: Some("CUDA graphs (--enforce-eager runs without them)"),
+            argv: &argv,
+            source: "s",
+            dry: false,
+        };
+        r.emit(Some(5), &e);
+        let words = vec!["+ --enforce-eager, CUDA-graph capture stalled".to_string()];
+        r.emit(
+            Some(9),
+            &WatchEvent::Repairs {
+                attempts: 2,
+                repairs: &words,
+                verdict: Some(Verdict::Ready),
+                exit: 0,
+                no_repair: None,
+            },
+        );
+        r.emit(
+            Some(9),
+            &WatchEvent::Repairs {
+                attempts: 1,
+                repairs: &[],
+                verdict: Some(Verdict::Crashed),
+                exit: 3,
+                no_repair: Some("the cause is unknown"),
+            },
+        );
+        assert_eq!(
+            out.text(),
+            "[  0.01s] repair of attempt 1: + --enforce-eager, CUDA-graph capture stalled (--repair=any changes what you set: CUDA graphs (--enforce-eager runs without them)); relaunching: vllm serve '/m a' --enforce-eager\n\
+             [  0.01s] ready after 1 repair: + --enforce-eager, CUDA-graph capture stalled\n\
+             [  0.01s] no repair: the cause is unknown\n"
+        );
     }
 
     /// Several hosts: each watch's reporter is tagged and shares stdout; the driver tells the least advanced

@@ -239,6 +239,9 @@ pub fn history(all: &[vigil_core::history::Startup], changes: &[Vec<vigil_core::
             s.total_ms.map(fmt_ms).unwrap_or_else(|| "?".into()),
             crate::sinks::history::fmt_phases(&s.phases)
         ));
+        if !s.repairs.is_empty() {
+            out_line(&format!("    {}", crate::sinks::history::repaired_text(s.verdict, &s.repairs)));
+        }
         for x in c {
             out_line(&format!("    changed: {}", crate::sinks::history::change_text(x)));
         }

@@ -439,6 +439,7 @@ pub struct Recorder {
     scanned: usize,
     last_good_facts: Option<BTreeMap<String, String>>,
     snap: Option<Measures>,
+    repairs: Vec<String>,
     done: bool,
     store: Option<Store>,
     pub notes: Vec<String>,
@@ -474,6 +475,8 @@ pub struct Setup<'a> {
     pub remote_host: Option<&'a str>,
     pub stall_phases: BTreeSet<Phase>,
     pub stall_all: bool,
+    /// The repairs `up --repair` made before this startup (issue #35).
+    pub repairs: Vec<String>,
 }
 
 impl Recorder {
@@ -524,6 +527,7 @@ impl Recorder {
             scanned: 0,
             last_good_facts: None,
             snap: None,
+            repairs: s.repairs.clone(),
             done: false,
             store,
             notes,
@@ -794,7 +798,8 @@ impl Recorder {
                 Made { key: k, facts: BTreeMap::new() }
             }
         };
-        let s = startup_of(&self.name, made.key, made.facts, r, self.snap.as_ref(), self.started_unix_ms);
+        let mut s = startup_of(&self.name, made.key, made.facts, r, self.snap.as_ref(), self.started_unix_ms);
+        s.repairs = self.repairs.clone();
         if let Some(Err(e)) = self.store.as_mut().map(|st| st.insert(&s)) {
             eprintln!("vigil: warning: history: this startup was not recorded: {e}");
         }
@@ -851,6 +856,7 @@ fn startup_of(
         facts,
         started_unix_ms,
         slow: r.slow.iter().map(|x| x.phase).collect(),
+        repairs: vec![],
     }
 }
 

@@ -7,6 +7,7 @@ pub mod hosts;
 pub mod multinode;
 pub mod nodes;
 pub mod policy;
+pub mod repair;
 pub mod up;
 pub mod wait;
 pub mod watch;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use vigil_core::policy::OnStall;
 
 /// `vigil up`'s settings, validated: what the node needs to launch, and the watch's.
+#[derive(Clone)]
 pub struct UpArgs {
     pub name: Option<String>,
     pub detach: bool,
@@ -20,6 +21,8 @@ pub struct UpArgs {
     pub launch: LaunchSettings,
     /// Proof and watch settings for the watch after launch.
     pub proof: wait::Args,
+    /// `--repair[=N|dry|any]` (issue #35): relaunch a failed start with the repair its diagnosis carries.
+    pub repair: Option<crate::supervise::repair::RepairMode>,
 }
 
 /// The watch of a server `up` launched, on this machine or a node: the proof settings, deadlines and

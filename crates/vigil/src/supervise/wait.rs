@@ -87,6 +87,8 @@ pub struct Args {
     pub on_stall: Option<vigil_core::policy::OnStall>,
     /// Grace between SIGTERM and SIGKILL when `on_stall` stops the server.
     pub stop_grace: Duration,
+    /// The repairs `up --repair` made before this attempt (issue #35), recorded with its startup.
+    pub repairs: Vec<String>,
 }
 
 impl Args {
@@ -127,6 +129,7 @@ impl Args {
             interrupts: crate::signals::Interrupts::default(),
             on_stall: None,
             stop_grace: Duration::from_secs(10),
+            repairs: vec![],
         }
     }
 }
@@ -685,6 +688,7 @@ fn start<'p>(
         remote_host: remote_host.as_deref(),
         stall_phases,
         stall_all: stall_all.is_some(),
+        repairs: a.repairs.clone(),
     });
     history.apply(&mut judge);
     for n in std::mem::take(&mut history.notes) {

@@ -366,12 +366,14 @@ fn listen_token_is_required_and_never_printed() {
 }
 
 /// Hostile clients against one listener: a slowloris head does not block others and is closed; an oversized
-/// head is 431; traversal paths are 404 (nothing is read from disk); other methods 405; 2,000 idle connections
+/// head is 431; traversal paths are 404 (nothing is read from disk); other methods 405; 10,000 idle connections
 /// (or what the descriptor limit allows an unprivileged user) leave it answering, its memory bounded.
 #[test]
 fn listen_hostile_clients_are_bounded() {
-    let got = raise_nofile(4096);
-    let idle = 2000.min(got.saturating_sub(200) as usize);
+    // 10,000 where the descriptor limit can be raised that far (root); an unprivileged user takes what its hard
+    // limit allows, and the test says so
+    let got = raise_nofile(10_500);
+    let idle = 10_000.min(got.saturating_sub(300) as usize);
     if idle < 2000 {
         eprintln!("descriptor limit {got}: {idle} idle connections instead of 2,000");
     }
@@ -435,6 +437,70 @@ fn listen_hostile_clients_are_bounded() {
     eprintln!("{idle} idle connections: /status in {answered:?}, {open} held, RSS {before} → {after} KiB");
     assert!(after < before + 16 * 1024, "memory grew from {before} to {after} KiB");
     drop(conns);
+}
+
+/// At most 1,024 event streams: the next is answered 503 (not one more task and queue), and the listener answers.
+#[test]
+fn listen_sse_clients_are_capped() {
+    let got = raise_nofile(1500);
+    if got < 1200 {
+        eprintln!("descriptor limit {got}: cannot open 1,026 event streams; the cap is not reached here");
+        return;
+    }
+    let (_child, port, _events) = idle_vigil(&[]);
+    let mut streams = Vec::new();
+    let (mut ok, mut busy) = (0, 0);
+    for _ in 0..1026 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        match &head[9..12] {
+            b"200" => ok += 1,
+            b"503" => busy += 1,
+            other => panic!("{:?}", String::from_utf8_lossy(other)),
+        }
+        streams.push(s);
+    }
+    assert_eq!((ok, busy), (1024, 2), "streams admitted and refused");
+    let (code, st) = get_json(port, "/status");
+    assert_eq!(code, 200);
+    assert_eq!(st["listener"]["sse_clients"], 1024, "{st}");
+    drop(streams);
+}
+
+/// `--listen-cert`/`--listen-key`: HTTPS (rustls), checked by vigil's own TLS client pinned to the certificate.
+#[test]
+fn listen_over_tls() {
+    let d = TempDir::new("listen-tls");
+    let o = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", "key.pem", "-out", "cert.pem"])
+        .current_dir(&d.0)
+        .stdin(Stdio::null())
+        .output();
+    let ok = o.as_ref().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "openssl missing: {o:?}");
+        eprintln!("SKIP: openssl missing");
+        return;
+    }
+    let (cert, key) = (d.path("cert.pem"), d.path("key.pem"));
+    let (_child, port, _events) =
+        idle_vigil(&["--listen-cert", cert.to_str().unwrap(), "--listen-key", key.to_str().unwrap()]);
+    let mut c = vigil();
+    c.args(["probe", "--url", &format!("https://127.0.0.1:{port}/livez"), "--ca-cert", cert.to_str().unwrap()]);
+    let o = run_bounded(c, Duration::from_secs(30));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out} {}", String::from_utf8_lossy(&o.stderr));
+    // plain HTTP on the TLS port gets no HTTP answer
+    let plain = http_get(port, "/livez", &[]);
+    assert!(plain.as_ref().map_or(true, |(c, _)| *c != 200), "{plain:?}");
+    // a key without its certificate is a usage error
+    let mut c = vigil();
+    c.args(["wait", "--url", "http://127.0.0.1:9/health", "--listen", "0", "--listen-key", key.to_str().unwrap()]);
+    assert_eq!(run_bounded(c, Duration::from_secs(20)).status.code(), Some(2));
 }
 
 /// Two ranks (llama-server with its layers on ggml's RPC worker), the head with `--listen`: `/status` shows both

@@ -420,12 +420,14 @@ fn listen_hostile_clients_are_bounded() {
     // idle connections
     let before = rss_kib(pid);
     let mut conns = Vec::with_capacity(idle);
+    let tc = Instant::now();
     for _ in 0..idle {
         match TcpStream::connect(("127.0.0.1", port)) {
             Ok(c) => conns.push(c),
             Err(e) => panic!("connect #{}: {e}", conns.len()),
         }
     }
+    eprintln!("{idle} connections opened in {:?}", tc.elapsed());
     let t0 = Instant::now();
     let (code, st) = get_json(port, "/status");
     let answered = t0.elapsed();
@@ -435,7 +437,18 @@ fn listen_hostile_clients_are_bounded() {
     assert!(open <= 257, "connections held: {open}");
     let after = rss_kib(pid);
     eprintln!("{idle} idle connections: /status in {answered:?}, {open} held, RSS {before} → {after} KiB");
+    drop(conns);
+    // a second burst: the memory of the first is reused, not added to
+    let mut conns = Vec::with_capacity(idle);
+    for _ in 0..idle {
+        conns.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    let (code, st) = get_json(port, "/status");
+    assert_eq!(code, 200);
+    let again = rss_kib(pid);
+    eprintln!("a second burst of {idle}: {} held, RSS {again} KiB", st["listener"]["connections"]);
     assert!(after < before + 16 * 1024, "memory grew from {before} to {after} KiB");
+    assert!(again < after + 2 * 1024, "a second burst grew memory again: {after} → {again} KiB");
     drop(conns);
 }
 

@@ -8,7 +8,8 @@
 //!   when none is idle it is answered 503 and closed. At most `MAX_SSE` event streams (beyond: 503).
 //! - Every path not in the table is 404 (no file is ever read from disk); methods other than GET and
 //!   HEAD are 405. With a token every request needs `Authorization: Bearer TOKEN` (401 without it).
-//! - The server only reads the hub; the watch pushes into it and never waits for a client.
+//! - The server only reads the hub, on its own thread and runtime; the watch pushes into it and never waits
+//!   for a client.
 
 use super::state::Hub;
 use super::Settings;
@@ -78,28 +79,43 @@ impl Server {
     }
 }
 
-/// Serves on the bound listener until the runtime ends.
+/// Serves on the bound listener until the process ends, on a thread and a runtime of its own: however busy
+/// the listener is (a flood of connections, a thousand event streams), the watch's runtime never runs its
+/// work; the two share only the hub's lock, held for one append or one read.
 pub fn serve(s: &Settings, hub: Arc<Hub>) -> std::io::Result<()> {
     let l = s.listener.try_clone()?;
     l.set_nonblocking(true)?;
-    let l = tokio::net::TcpListener::from_std(l)?;
     let tls = s.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let srv = Arc::new(Server { hub, token: s.token.clone(), reg: Mutex::new(Registry::default()), csp: csp(PAGE) });
-    tokio::spawn(async move {
-        loop {
-            let (sock, _) = match l.accept().await {
-                Ok(x) => x,
-                // out of descriptors (EMFILE) or a reset before accept: wait a moment, the loop goes on
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (ok_tx, ok_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("vigil-listen".into()).spawn(move || {
+        rt.block_on(async move {
+            let l = match tokio::net::TcpListener::from_std(l) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ok_tx.send(Err(e));
+                    return;
                 }
             };
-            let _ = sock.set_nodelay(true);
-            admit(&srv, sock, tls.clone());
-        }
-    });
-    Ok(())
+            let _ = ok_tx.send(Ok(()));
+            loop {
+                let (sock, _) = match l.accept().await {
+                    Ok(x) => x,
+                    // out of descriptors (EMFILE) or a reset before accept: wait a moment, the loop goes on
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let _ = sock.set_nodelay(true);
+                admit(&srv, sock, tls.clone());
+            }
+        })
+    })?;
+    ok_rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| Err(std::io::Error::other("the listener did not start")))
 }
 
 /// A new connection: room is made (the oldest idle one closed) or it is answered 503 and closed.
@@ -135,13 +151,19 @@ fn admit(srv: &Arc<Server>, mut sock: tokio::net::TcpStream, tls: Option<tokio_r
     let (srv2, b2, s2) = (srv.clone(), busy.clone(), sse.clone());
     let task = tokio::spawn(async move {
         let _gone = Gone { srv: srv2.clone(), id };
+        // a connection that sends nothing costs this small task and its socket only: the TLS and HTTP state
+        // (boxed, so not part of this future) is made when its first byte arrives, within the head timeout
+        if !matches!(tokio::time::timeout(HEAD_TIMEOUT, sock.readable()).await, Ok(Ok(()))) {
+            return;
+        }
         match tls {
             Some(acc) => {
-                if let Ok(Ok(t)) = tokio::time::timeout(TLS_TIMEOUT, acc.accept(sock)).await {
-                    connection(srv2, TokioIo::new(t), b2, s2).await;
+                let hs = Box::pin(tokio::time::timeout(TLS_TIMEOUT, acc.accept(sock)));
+                if let Ok(Ok(t)) = hs.await {
+                    Box::pin(connection(srv2, TokioIo::new(t), b2, s2)).await;
                 }
             }
-            None => connection(srv2, TokioIo::new(sock), b2, s2).await,
+            None => Box::pin(connection(srv2, TokioIo::new(sock), b2, s2)).await,
         }
     });
     reg.conns.insert(id, Conn { abort: task.abort_handle(), busy, sse, since: Instant::now() });

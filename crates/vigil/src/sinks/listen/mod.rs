@@ -63,6 +63,12 @@ pub fn resolve(f: Flags<'_>) -> Result<Settings, CliError> {
         _ => return Err(CliError::usage("--listen-cert and --listen-key go together")),
     };
     let listener = std::net::TcpListener::bind(addr).map_err(|e| CliError::usage(format!("{flag} {addr}: {e}")))?;
+    // a deeper accept queue than std's 128 (the kernel caps it at net.core.somaxconn): a burst of connections
+    // waits there instead of in SYN retries; Linux takes a second listen() on a listening socket as the new size
+    // SAFETY: listen on a descriptor this listener owns.
+    unsafe {
+        libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 4096);
+    }
     Ok(Settings { addr, listener, token, tls })
 }
 

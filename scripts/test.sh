@@ -116,19 +116,22 @@ if [ "$(id -u)" = 0 ]; then
   U=vigil-ci
   id "$U" >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/$U --shell /bin/sh "$U"
   W=$(mktemp -d /tmp/vigil-unpriv.XXXXXX)
-  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --test evidence --test history --test slurm --test runs --test deadlines --no-run --message-format=json 2>/dev/null \
+  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --test evidence --test history --test slurm --test runs --test deadlines --test listen --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls","evidence","history","slurm","runs","deadlines") and m.get("executable"): print(m["target"]["name"], m["executable"])')
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls","evidence","history","slurm","runs","deadlines","listen") and m.get("executable"): print(m["target"]["name"], m["executable"])')
   mkdir -p "$W/models" "$W/home"
   cp target/debug/vigil "$W/vigil"; cp "$VIGIL_LLAMA_SERVER" "$W/llama-server"
+  # ggml's RPC worker beside it (common.rs's rpc_server looks there): listen's multi-node start needs it
+  RPC_SERVER=${VIGIL_LLAMA_RPC_SERVER:-$(dirname "$VIGIL_LLAMA_SERVER")/ggml-rpc-server}
+  if [ -f "$RPC_SERVER" ]; then cp "$RPC_SERVER" "$W/ggml-rpc-server"; fi
   cp "$VIGIL_MODELS"/*.gguf "$W/models/"
   cp "$VIGIL_PY_SPY" "$W/py-spy"
   echo "$BINS" | while read -r t exe; do cp "$exe" "$W/$t"; done
   chmod -R a+rX "$W"; chown -R "$U" "$W"
   n=0
-  for t in e2e supervise proof hostile remote tls evidence history slurm runs deadlines; do
+  for t in e2e supervise proof hostile remote tls evidence history slurm runs deadlines listen; do
     echo "== end-to-end tests ($t) as unprivileged user $U"
     runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/var/lib/$U" CI="${CI:-}" TMPDIR="$W" \
       VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" VIGIL_PY_SPY="$W/py-spy" SLURM_CONF="${SLURM_CONF:-}" \

@@ -248,6 +248,25 @@ mod tests {
         );
         let r = StopReport { stopped: vec![], survivors: vec![], elapsed_ms: 5 };
         assert_eq!(v(&WatchEvent::TreeStopped { pid: 7, report: &r })["event"], "stopped");
+        let e = WatchEvent::RankPhase { of_rank: 1, of_host: "gpu2", phase: Phase::Weights };
+        assert_eq!(
+            v(&e),
+            serde_json::json!({"event": "rank_phase", "of_rank": 1, "of_host": "gpu2", "phase": "weights"})
+        );
+        let t = |x: &Typed| serde_json::to_value(x).unwrap();
+        assert_eq!(
+            t(&Typed::StopStep { signal: "SIGTERM".into(), pids: vec![4, 5] }),
+            serde_json::json!({"type": "stop_step", "signal": "SIGTERM", "pids": [4, 5]})
+        );
+        assert_eq!(
+            t(&Typed::LogSource { state: "rotated", path: Some("/l".into()) }),
+            serde_json::json!({"type": "log_source", "state": "rotated", "path": "/l"})
+        );
+        assert_eq!(
+            t(&Typed::GpuRelease { released: None }),
+            serde_json::json!({"type": "gpu_release", "released": null})
+        );
+        assert_eq!(t(&Typed::EvidenceFailed), serde_json::json!({"type": "evidence_failed"}));
         let e = RunEvent::Signal { signal: "SIGTERM", pids: &[1, 2], t_unix_ms: 9 };
         assert_eq!(
             e.to_value(),

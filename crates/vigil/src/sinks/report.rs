@@ -589,6 +589,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_typed_note_reads_as_before_and_carries_its_data_in_json() {
+        let what = crate::sinks::events::Typed::StopStep { signal: "SIGTERM".into(), pids: vec![7, 8] };
+        let (mut r, b) = plain();
+        r.typed(1500, "sent SIGTERM to pids [7,8]", &what);
+        assert_eq!(b.text(), "[  1.50s] sent SIGTERM to pids [7,8]\n");
+        let b = Buf::default();
+        let mut r = Reporter::to_writer(Mode::Json, false, Box::new(b.clone()));
+        r.typed(1500, "sent SIGTERM to pids [7,8]", &what);
+        let v: serde_json::Value = serde_json::from_str(b.text().trim()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"event": "note", "t_ms": 1500, "message": "sent SIGTERM to pids [7,8]",
+                "type": "stop_step", "signal": "SIGTERM", "pids": [7, 8], "v": crate::sinks::events::SCHEMA})
+        );
+    }
+
     fn plain() -> (Reporter, Buf) {
         let b = Buf::default();
         (Reporter::to_writer(Mode::Plain, false, Box::new(b.clone())), b)

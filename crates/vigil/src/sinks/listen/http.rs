@@ -366,7 +366,8 @@ fn events(srv: &Arc<Server>, req: &Request<Incoming>, sse: &AtomicBool) -> Respo
         sse.store(true, Ordering::Relaxed);
         SseSlot(srv.clone())
     };
-    let after = cursor(req);
+    // a cursor beyond the last id was given by another vigil process (ids start at 1 in each): all of this one's
+    let after = Some(cursor(req)).filter(|c| *c <= srv.hub.last_id()).unwrap_or(0);
     let (tx, rx) = mpsc::channel::<Bytes>(SSE_QUEUE);
     let hub = srv.hub.clone();
     tokio::spawn(async move {

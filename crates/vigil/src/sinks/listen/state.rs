@@ -127,6 +127,11 @@ impl Hub {
         self.last.subscribe()
     }
 
+    /// The id of the last event (0 before the first).
+    pub fn last_id(&self) -> u64 {
+        self.lock().next_id - 1
+    }
+
     /// Up to `max` events after id `after`, and the gap before them when the log no longer has them all.
     pub fn since(&self, after: u64, max: usize) -> Batch {
         let g = self.lock();

@@ -530,7 +530,8 @@ fn e2e_listen_multi_node_status_shows_every_rank() {
         c.args(["up", "--multi-node", "--json", "--name", "llama", "--join-timeout", "60s", "--timeout", "80s"]);
         c.args(["--rank", &r.to_string(), "--ranks", "2", "--rendezvous", &format!("127.0.0.1:{rv}")]).args(extra);
         c.arg("--").args(argv);
-        c.env("VIGIL_STATE_DIR", d.path("state")).stdin(Stdio::null()).stdout(out).stderr(Stdio::null());
+        let err = std::fs::File::create(d.path(&format!("rank{r}.stderr"))).unwrap();
+        c.env("VIGIL_STATE_DIR", d.path("state")).stdin(Stdio::null()).stdout(out).stderr(err);
         Guard(c.spawn().unwrap())
     };
     let mut worker = vec!["stdbuf".to_string(), "-oL".into(), rpc.display().to_string()];
@@ -549,7 +550,12 @@ fn e2e_listen_multi_node_status_shows_every_rank() {
     signal(r1.pid(), libc::SIGTERM);
     signal(r0.pid(), libc::SIGTERM);
     let _ = (wait_bounded(&mut r0.0, T), wait_bounded(&mut r1.0, T));
-    assert!(done, "no combined verdict: {}", std::fs::read_to_string(&h).unwrap_or_default());
+    let dump = || {
+        ["rank0.jsonl", "rank0.stderr", "rank1.jsonl", "rank1.stderr"]
+            .map(|f| format!("--- {f}\n{}", std::fs::read_to_string(d.path(f)).unwrap_or_default()))
+            .join("\n")
+    };
+    assert!(done, "no combined verdict:\n{}", dump());
     assert_eq!(code, 200);
     let ranks = st["ranks"].as_array().unwrap();
     let mut got: Vec<u64> = ranks.iter().map(|r| r["rank"].as_u64().unwrap()).collect();

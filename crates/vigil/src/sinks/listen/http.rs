@@ -99,6 +99,7 @@ pub fn serve(s: &Settings, hub: Arc<Hub>) -> std::io::Result<()> {
                 }
             };
             let _ = ok_tx.send(Ok(()));
+            let mut accepted: u64 = 0;
             loop {
                 let (sock, _) = match l.accept().await {
                     Ok(x) => x,
@@ -110,6 +111,12 @@ pub fn serve(s: &Settings, hub: Arc<Hub>) -> std::io::Result<()> {
                 };
                 let _ = sock.set_nodelay(true);
                 admit(&srv, sock, tls.clone());
+                // the new connections' tasks run every few accepts (far fewer than the cap): a burst of clients that
+                // send their requests at once is served as it comes, not taken for idle connections and closed
+                accepted += 1;
+                if accepted % 32 == 0 {
+                    tokio::task::yield_now().await;
+                }
             }
         })
     })?;
@@ -153,9 +160,13 @@ fn admit(srv: &Arc<Server>, mut sock: tokio::net::TcpStream, tls: Option<tokio_r
         let _gone = Gone { srv: srv2.clone(), id };
         // a connection that sends nothing costs this small task and its socket only: the TLS and HTTP state
         // (boxed, so not part of this future) is made when its first byte arrives, within the head timeout
-        if !matches!(tokio::time::timeout(HEAD_TIMEOUT, sock.readable()).await, Ok(Ok(()))) {
+        // (a peek, not `readable()`: tokio takes a new socket for ready until a read says otherwise)
+        let mut first = [0u8; 1];
+        if !matches!(tokio::time::timeout(HEAD_TIMEOUT, sock.peek(&mut first)).await, Ok(Ok(1..))) {
             return;
         }
+        // a request is coming: not idle until it is answered (a head that stalls is cut by the head timeout)
+        b2.store(true, Ordering::Relaxed);
         match tls {
             Some(acc) => {
                 let hs = Box::pin(tokio::time::timeout(TLS_TIMEOUT, acc.accept(sock)));
@@ -188,8 +199,8 @@ where
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let (srv, busy, sse) = (srv.clone(), busy.clone(), sse.clone());
         async move {
-            busy.store(true, Ordering::Relaxed);
             let r = route(&srv, &req, &sse);
+            // answered: idle again until the next request's first byte (hyper waits for it under the head timeout)
             busy.store(false, Ordering::Relaxed);
             Ok::<_, std::convert::Infallible>(r)
         }

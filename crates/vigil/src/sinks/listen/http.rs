@@ -99,7 +99,7 @@ pub fn serve(s: &Settings, hub: Arc<Hub>) -> std::io::Result<()> {
                 }
             };
             let _ = ok_tx.send(Ok(()));
-            let mut accepted: u64 = 0;
+            let mut accepted = 0u32;
             loop {
                 let (sock, _) = match l.accept().await {
                     Ok(x) => x,
@@ -114,7 +114,8 @@ pub fn serve(s: &Settings, hub: Arc<Hub>) -> std::io::Result<()> {
                 // the new connections' tasks run every few accepts (far fewer than the cap): a burst of clients that
                 // send their requests at once is served as it comes, not taken for idle connections and closed
                 accepted += 1;
-                if accepted % 32 == 0 {
+                if accepted == 32 {
+                    accepted = 0;
                     tokio::task::yield_now().await;
                 }
             }

@@ -118,11 +118,36 @@ class SseClients:
         return len(self.got)
 
 
-def attach_sse(port, n):
+class SseProcess:
+    """The clients in a process of their own (`--sse-clients PORT N`): their reading never takes the GIL from
+    the harness's prober and timer. It says `attached` when all are connected; on stdin's end it prints how many
+    received an event and exits."""
+
+    def __init__(self, port, n):
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--sse-clients", str(port), str(n)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        assert line.strip() == "attached", line
+
+    def close(self):
+        time.sleep(0.05)
+        self.p.stdin.close()
+        out = self.p.stdout.read(); self.p.wait(10)
+        return int(out.strip() or 0)
+
+
+def sse_clients_main(port, n):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < n + 256:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 1024), hard))
-    return SseClients(port, n)
+    c = SseClients(port, n)
+    print("attached", flush=True)
+    sys.stdin.read()
+    print(c.close(), flush=True)
+
+
+def attach_sse(port, n):
+    return SseProcess(port, n)
 
 
 def listen_rows(d, runs):
@@ -249,6 +274,8 @@ def wait_rss(d, flags, runs):
             args += ["--log", log]
         if "pid" in flags:
             args += ["--pid", str(srv.pid)]
+        if "listen" in flags:
+            args += ["--listen", str(free_port()), "--metrics-linger", "0s"]
         tf = os.path.join(d, "time.txt")
         p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf] + args, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
@@ -263,6 +290,8 @@ def row(name, xs):
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--sse-clients":
+        return sse_clients_main(int(sys.argv[2]), int(sys.argv[3]))
     ap = argparse.ArgumentParser(); ap.add_argument("--runs", type=int, default=20); ap.add_argument("--gb", type=float, default=1.0)
     ap.add_argument("--only", choices=["probe-log", "wait-rss", "listen"])
     ap.add_argument("--vigil", help="the vigil binary to measure (default: target/release/vigil)")
@@ -277,7 +306,10 @@ def main():
                 print(row(name, lags), flush=True)
             print("\n| scenario | runs | median peak RSS MiB | max MiB |\n|---|---|---|---|")
             for name, _, rss in rows:
-                print(row(name.replace("ready lag after first 200, ", "vigil wait "), rss), flush=True)
+                print(row(name.replace("ready lag after first 200, ", "vigil wait (with the proof) "), rss), flush=True)
+            for name, flags in [("vigil wait --no-generate --log L --url U (as wait-rss)", ["log"]),
+                                ("vigil wait --no-generate --log L --url U --listen (idle)", ["log", "listen"])]:
+                print(row(name, wait_rss(d, flags, a.runs)), flush=True)
             return
         if a.only == "wait-rss":
             print("| scenario | runs | median peak RSS MiB | max MiB |\n|---|---|---|---|")

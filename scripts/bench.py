@@ -11,7 +11,10 @@ Scenarios (release build, N runs each):
   wait-rss    : peak RSS (/usr/bin/time) of `vigil wait --no-generate` from the real llama-server's launch to
                 its ready verdict: with --log (the kind read from the log; also with a log whose first lines
                 name no server kind), --log --pid (the kind from the command line), --pid alone; goal <= 16 MiB.
-Usage: scripts/bench.py [--runs N] [--gb G] [--only probe-log|wait-rss] [--vigil PATH]
+  listen      : issue #37, `--listen`: the ready lag with --log (as ready-lag) without a listener, with an idle
+                one, and with 1,000 SSE clients attached to /events (connected, and reading, before the server is
+                continued); peak RSS of `wait --listen` idle and with the 1,000 clients; goal <= 16 MiB idle.
+Usage: scripts/bench.py [--runs N] [--gb G] [--only probe-log|wait-rss|listen] [--vigil PATH]
        (after scripts/setup.sh and cargo build --release; --vigil measures another build)
 """
 import argparse, os, resource, signal, socket, statistics, subprocess, sys, tempfile, threading, time
@@ -44,7 +47,9 @@ def prober(port, stop, out):
         time.sleep(0.001)
 
 
-def ready_lag(with_log, d):
+def ready_lag(with_log, d, listen=None, sse=0, rss=None):
+    """`listen`: a port for --listen; `sse`: that many /events clients attached before the server goes on;
+    `rss`: a list that gets vigil's peak RSS in MiB (wait4)."""
     port = free_port(); log = os.path.join(d, f"r{port}.log")
     f = open(log, "ab")
     srv = subprocess.Popen([SERVER, "-m", f"{MODELS}/tiny.gguf", "--host", "127.0.0.1", "--port", str(port), "-c", "256"],
@@ -53,16 +58,109 @@ def ready_lag(with_log, d):
     args = [VIGIL, "wait", "-q", "--url", f"http://127.0.0.1:{port}/health", "--timeout", "30s"]
     if with_log:
         args += ["--log", log]
+    if listen:
+        args += ["--listen", str(listen), "--metrics-linger", "0s"]
     v = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+    clients = attach_sse(listen, sse) if sse else None
     stop = threading.Event(); first = []
     th = threading.Thread(target=prober, args=(port, stop, first)); th.start()
     time.sleep(0.3)
     os.kill(srv.pid, signal.SIGCONT)
-    v.wait(); t_exit = time.monotonic()
+    _, status, ru = os.wait4(v.pid, 0); t_exit = time.monotonic()
+    v.returncode = os.waitstatus_to_exitcode(status)
     th.join(5); stop.set()
+    if clients:
+        got = clients.close()
+        assert got >= sse, f"only {got} of {sse} SSE clients got events"
     srv.kill(); srv.wait(); f.close()
     assert v.returncode == 0 and first, (v.returncode, first)
+    if rss is not None:
+        rss.append(ru.ru_maxrss / 1024)
     return (t_exit - first[0]) * 1000
+
+
+class SseClients:
+    """`n` clients of /events, each read by one selector thread; counts the clients that received an event."""
+
+    def __init__(self, port, n):
+        import selectors
+        self.sel = selectors.DefaultSelector(); self.socks = []; self.got = set(); self.stop = threading.Event()
+        deadline = time.monotonic() + 20
+        while True:  # the listener is up once vigil has parsed its flags
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close(); break
+            except OSError:
+                assert time.monotonic() < deadline, "the listener never came up"
+                time.sleep(0.005)
+        for i in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.setblocking(False)
+            self.sel.register(s, 1, i); self.socks.append(s)
+        self.th = threading.Thread(target=self.run); self.th.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            for key, _ in self.sel.select(0.05):
+                try:
+                    data = key.fileobj.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    self.sel.unregister(key.fileobj); continue
+                if b"data: " in data:
+                    self.got.add(key.data)
+
+    def close(self):
+        time.sleep(0.05); self.stop.set(); self.th.join(5)
+        for s in self.socks:
+            s.close()
+        return len(self.got)
+
+
+class SseProcess:
+    """The clients in a process of their own (`--sse-clients PORT N`): their reading never takes the GIL from
+    the harness's prober and timer. It says `attached` when all are connected; on stdin's end it prints how many
+    received an event and exits."""
+
+    def __init__(self, port, n):
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--sse-clients", str(port), str(n)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        assert line.strip() == "attached", line
+
+    def close(self):
+        time.sleep(0.05)
+        self.p.stdin.close()
+        out = self.p.stdout.read(); self.p.wait(10)
+        return int(out.strip() or 0)
+
+
+def sse_clients_main(port, n):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 1024), hard))
+    c = SseClients(port, n)
+    print("attached", flush=True)
+    sys.stdin.read()
+    print(c.close(), flush=True)
+
+
+def attach_sse(port, n):
+    return SseProcess(port, n)
+
+
+def listen_rows(d, runs):
+    rows = []
+    for name, kw in [("ready lag after first 200, --log, no listener", {}),
+                     ("ready lag after first 200, --log --listen (idle)", {"listen": True}),
+                     ("ready lag after first 200, --log --listen, 1,000 SSE clients", {"listen": True, "sse": 1000})]:
+        lags, rss = [], []
+        for _ in range(runs):
+            lp = free_port() if kw.get("listen") else None
+            lags.append(ready_lag(True, d, listen=lp, sse=kw.get("sse", 0), rss=rss))
+        rows.append((name, lags, rss))
+    return rows
 
 
 def crash_time(with_log, d):
@@ -176,6 +274,8 @@ def wait_rss(d, flags, runs):
             args += ["--log", log]
         if "pid" in flags:
             args += ["--pid", str(srv.pid)]
+        if "listen" in flags:
+            args += ["--listen", str(free_port()), "--metrics-linger", "0s"]
         tf = os.path.join(d, "time.txt")
         p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf] + args, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
@@ -190,13 +290,27 @@ def row(name, xs):
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--sse-clients":
+        return sse_clients_main(int(sys.argv[2]), int(sys.argv[3]))
     ap = argparse.ArgumentParser(); ap.add_argument("--runs", type=int, default=20); ap.add_argument("--gb", type=float, default=1.0)
-    ap.add_argument("--only", choices=["probe-log", "wait-rss"])
+    ap.add_argument("--only", choices=["probe-log", "wait-rss", "listen"])
     ap.add_argument("--vigil", help="the vigil binary to measure (default: target/release/vigil)")
     a = ap.parse_args()
     global VIGIL
     VIGIL = a.vigil or VIGIL
     with tempfile.TemporaryDirectory() as d:
+        if a.only == "listen":
+            rows = listen_rows(d, a.runs)
+            print("| scenario | runs | median ms | max ms |\n|---|---|---|---|")
+            for name, lags, _ in rows:
+                print(row(name, lags), flush=True)
+            print("\n| scenario | runs | median peak RSS MiB | max MiB |\n|---|---|---|---|")
+            for name, _, rss in rows:
+                print(row(name.replace("ready lag after first 200, ", "vigil wait (with the proof) "), rss), flush=True)
+            for name, flags in [("vigil wait --no-generate --log L --url U (as wait-rss)", ["log"]),
+                                ("vigil wait --no-generate --log L --url U --listen (idle)", ["log", "listen"])]:
+                print(row(name, wait_rss(d, flags, a.runs)), flush=True)
+            return
         if a.only == "wait-rss":
             print("| scenario | runs | median peak RSS MiB | max MiB |\n|---|---|---|---|")
             for name, flags in WAIT_RSS:

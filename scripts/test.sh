@@ -127,11 +127,11 @@ if [ "$(id -u)" = 0 ]; then
   U=vigil-ci
   id "$U" >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/$U --shell /bin/sh "$U"
   W=$(mktemp -d /tmp/vigil-unpriv.XXXXXX)
-  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --test evidence --test history --test slurm --test runs --test deadlines --test launcher --test repair --no-run --message-format=json 2>/dev/null \
+  BINS=$(cargo test -p vigil --test e2e --test supervise --test proof --test hostile --test remote --test tls --test evidence --test history --test slurm --test runs --test deadlines --test launcher --test repair --test listen --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys,json
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls","evidence","history","slurm","runs","deadlines","launcher","repair") and m.get("executable"): print(m["target"]["name"], m["executable"])')
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"] in ("e2e","supervise","proof","hostile","remote","tls","evidence","history","slurm","runs","deadlines","launcher","repair","listen") and m.get("executable"): print(m["target"]["name"], m["executable"])')
   mkdir -p "$W/models" "$W/home"
   cp target/debug/vigil "$W/vigil"; cp "$VIGIL_LLAMA_SERVER" "$W/llama-server"
   # the launcher tests' worker rank: found beside llama-server (tests/common.rs Env::rpc_server)
@@ -141,7 +141,7 @@ for l in sys.stdin:
   echo "$BINS" | while read -r t exe; do cp "$exe" "$W/$t"; done
   chmod -R a+rX "$W"; chown -R "$U" "$W"
   n=0
-  for t in e2e supervise proof hostile remote tls evidence history slurm runs deadlines launcher repair; do
+  for t in e2e supervise proof hostile remote tls evidence history slurm runs deadlines launcher repair listen; do
     echo "== end-to-end tests ($t) as unprivileged user $U"
     runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/var/lib/$U" CI="${CI:-}" TMPDIR="$W" \
       VIGIL_BIN="$W/vigil" VIGIL_LLAMA_SERVER="$W/llama-server" VIGIL_MODELS="$W/models" VIGIL_PY_SPY="$W/py-spy" SLURM_CONF="${SLURM_CONF:-}" \

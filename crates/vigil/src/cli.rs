@@ -365,10 +365,28 @@ pub(crate) struct ProofFlags {
     /// Watch: one generation probe this often.
     #[arg(long, default_value = "60s", value_name = "DUR", value_parser = parse_nonzero_duration, help_heading = help::PROOF)]
     pub(crate) generate_every: std::time::Duration,
-    /// Serve Prometheus metrics on PORT or HOST:PORT (loopback by default).
+    /// Serve what vigil knows over HTTP on PORT or HOST:PORT (loopback by default), from launch to the end
+    /// of the watch: /livez, /startupz, /readyz, /status, /events (SSE), /metrics and a live page at /.
+    ///
+    /// Read-only (GET and HEAD). A non-loopback address needs --listen-token-file or --listen-public.
+    #[arg(long, value_name = "ADDR", value_parser = metrics::parse_addr, help_heading = help::OUTPUT)]
+    pub(crate) listen: Option<std::net::SocketAddr>,
+    /// The same as --listen (the listener serves Prometheus metrics at /metrics).
     #[arg(long, value_name = "ADDR", value_parser = metrics::parse_addr, help_heading = help::OUTPUT)]
     pub(crate) metrics: Option<std::net::SocketAddr>,
-    /// Keep serving --metrics this long after a verdict that ends vigil (crashed, stalled, …) so it is scraped.
+    /// --listen: every request must carry `Authorization: Bearer TOKEN`, the token being this file's first line.
+    #[arg(long, value_name = "FILE", help_heading = help::OUTPUT)]
+    pub(crate) listen_token_file: Option<PathBuf>,
+    /// --listen on a non-loopback address without a token: anyone who reaches it may read the state.
+    #[arg(long, help_heading = help::OUTPUT)]
+    pub(crate) listen_public: bool,
+    /// --listen over TLS: the certificate chain (PEM); with --listen-key.
+    #[arg(long, value_name = "FILE", requires = "listen_key", help_heading = help::OUTPUT)]
+    pub(crate) listen_cert: Option<PathBuf>,
+    /// --listen over TLS: the private key (PEM); with --listen-cert.
+    #[arg(long, value_name = "FILE", requires = "listen_cert", help_heading = help::OUTPUT)]
+    pub(crate) listen_key: Option<PathBuf>,
+    /// Keep serving --listen this long after a verdict that ends vigil (crashed, stalled, …) so it is read.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub(crate) metrics_linger: std::time::Duration,
     /// GPU sampling interval (NVML or nvidia-smi; off when neither exists).

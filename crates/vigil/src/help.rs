@@ -84,7 +84,9 @@ Examples:
   # a server started elsewhere: follow its log, watch its pid, probe its health URL
   vigil wait --log /var/log/sglang.log --pid 12345 --url http://127.0.0.1:30000/health
   # its log through a command, a longer deadline, 20 minutes for CUDA graph capture
-  vigil wait --log-cmd 'kubectl logs -f sglang-0' --url http://10.0.0.5:30000/health --timeout 90m --stall cuda_graphs=20m";
+  vigil wait --log-cmd 'kubectl logs -f sglang-0' --url http://10.0.0.5:30000/health --timeout 90m --stall cuda_graphs=20m
+  # answer probes and dashboards over HTTP: /startupz /readyz /livez /status /events /metrics
+  vigil wait kimi --listen 9464";
 
 pub const TIMELINE: &str = "\
 Examples:
@@ -109,8 +111,10 @@ pub const WATCH: &str = "\
 Examples:
   # after ready: health probes, a real completion every minute, the log, the process
   vigil watch kimi
-  # a generation probe every 5 minutes, Prometheus metrics on 127.0.0.1:9464
-  vigil watch kimi --generate-every 5m --metrics 9464
+  # a generation probe every 5 minutes, /readyz and Prometheus metrics on 127.0.0.1:9464
+  vigil watch kimi --generate-every 5m --listen 9464
+  # on every address, each request with the token of the file
+  vigil watch kimi --listen 0.0.0.0:9464 --listen-token-file /run/secrets/vigil-token
   # JSON lines for a log shipper
   vigil watch kimi --json >> /var/log/vigil-kimi.jsonl";
 

@@ -185,7 +185,7 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         Cmd::Dump { name, pid, json } => block_on(commands::dump(&Nodes::Local, name, pid, json))?,
         Cmd::Ps { json } => block_on(commands::ps(&Nodes::Local, json, &profiles))?,
         Cmd::Gpu { json } => commands::gpu(json),
-        Cmd::Watch { name, proof, json } => block_on(commands::watch(&name, proof.into_watch(json), profiles))?,
+        Cmd::Watch { name, proof, json } => block_on(commands::watch(&name, proof.into_watch(json)?, profiles))?,
         Cmd::Probe { name, url, log, generate, timeout, server, tls } => {
             let k = commands::kprobe::Args { name, url, log, generate, timeout, server, tls: tls.into() };
             block_on(commands::kprobe::run(k, &profiles))?

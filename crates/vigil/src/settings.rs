@@ -1,11 +1,11 @@
 //! Settings, resolved before anything runs: the flags clap read (`cli.rs`) become validated, typed
 //! values for the commands (`wait::Args`, `crate::supervise::up::UpArgs`): the server kind checked against the profiles,
-//! stall limits per phase, the `--metrics` listener bound, the proof settings. A bad setting is a usage
+//! stall limits per phase, the `--listen` (`--metrics`) listener bound, the proof settings. A bad setting is a usage
 //! error here, before a keeper or a server exists.
 
 use crate::cli::{ProofFlags, TlsFlags, UpFlags, WaitFlags};
 use crate::error::CliError;
-use crate::{sinks::metrics, sources::tls, supervise::wait};
+use crate::{sinks::listen, sources::tls, supervise::wait};
 use std::path::PathBuf;
 use vigil_core::Profiles;
 
@@ -18,6 +18,7 @@ impl WaitFlags {
         }
         let mut w = wait::Args::new();
         self.proof.apply(&mut w);
+        w.listen = self.proof.listen()?;
         w.url = self.url;
         w.log = self.log;
         w.log_cmd = self.log_cmd;
@@ -44,12 +45,44 @@ impl From<TlsFlags> for tls::TlsOpts {
 
 impl ProofFlags {
     /// `vigil watch NAME`'s settings: the proof flags, watching after ready.
-    pub fn into_watch(self, json: bool) -> wait::Args {
+    pub fn into_watch(self, json: bool) -> Result<wait::Args, CliError> {
         let mut w = wait::Args::new();
         self.apply(&mut w);
+        w.listen = self.listen()?;
         w.watch = true;
         w.json = json;
-        w
+        Ok(w)
+    }
+
+    /// `--listen` (or `--metrics`, its alias) checked and bound now, before anything runs: a non-loopback
+    /// address without a token or `--listen-public`, a taken port or an unreadable token is a usage error.
+    pub fn listen(&self) -> Result<Option<std::sync::Arc<listen::Settings>>, CliError> {
+        let (addr, flag) = match (self.listen, self.metrics) {
+            (Some(l), Some(m)) if l != m => {
+                return Err(CliError::usage(format!(
+                    "--metrics is an alias of --listen: give one address (--listen {l}, --metrics {m})"
+                )))
+            }
+            (Some(l), _) => (l, "--listen"),
+            (None, Some(m)) => (m, "--metrics"),
+            (None, None) => {
+                if self.listen_token_file.is_some() || self.listen_public || self.listen_cert.is_some() {
+                    return Err(CliError::usage(
+                        "--listen-token-file, --listen-public and --listen-cert need --listen ADDR",
+                    ));
+                }
+                return Ok(None);
+            }
+        };
+        let s = listen::resolve(listen::Flags {
+            addr,
+            flag,
+            token_file: self.listen_token_file.as_deref(),
+            public: self.listen_public,
+            cert: self.listen_cert.as_deref(),
+            key: self.listen_key.as_deref(),
+        })?;
+        Ok(Some(std::sync::Arc::new(s)))
     }
 
     pub fn apply(&self, w: &mut wait::Args) {
@@ -58,7 +91,6 @@ impl ProofFlags {
         w.watch = self.watch;
         w.unhealthy_after = self.unhealthy_after;
         w.generate_every = self.generate_every;
-        w.metrics = self.metrics;
         w.metrics_linger = self.metrics_linger;
         w.gpu_interval = self.gpu_interval;
         w.on_stall = self.on_stall;
@@ -72,7 +104,13 @@ impl UpFlags {
     /// The launch settings, resolved before anything runs: the `--metrics` port is bound here, so a taken
     /// one is a usage error before a server is launched.
     pub fn into_args(self) -> Result<crate::supervise::up::UpArgs, CliError> {
-        let metrics_listener = self.proof.metrics.map(metrics::bind).transpose()?;
+        if self.detach && (self.proof.listen.is_some() || self.proof.metrics.is_some()) {
+            return Err(CliError::usage(
+                "--listen serves while this vigil watches, and --detach ends it at ready: leave out --detach, or \
+                 run `vigil watch NAME --listen ADDR` after",
+            ));
+        }
+        let listen = self.proof.listen()?;
         Ok(crate::supervise::up::UpArgs {
             name: self.name,
             detach: self.detach,
@@ -98,7 +136,7 @@ impl UpFlags {
                 let mut w = wait::Args::new();
                 self.proof.apply(&mut w);
                 w.interval = self.interval.max(std::time::Duration::from_millis(10));
-                w.metrics_listener = metrics_listener;
+                w.listen = listen;
                 w
             },
         })

@@ -3,11 +3,11 @@
 //! (cause, hint, evidence) must appear within 1 s of their events, no request may leave the page's origin, and
 //! a hostile log line must show as text, creating no element and no request.
 //!
-//! Until the `--listen` listener merges (issue #37, branch h37), the page is served by a scripted stand-in
+//! Most checks serve the page from a scripted stand-in
 //! for `vigil --listen` (below): `/` with the listener's Content-Security-Policy, `/events` as Server-Sent
 //! Events with ids, replayed from the start and resumed from `Last-Event-ID`, whose events the test sends.
 //! `e2e_page_against_vigil_up_listen` runs the same checks against the real `vigil up --listen` and the real
-//! llama-server; it is ignored until the listener lands.
+//! llama-server (the stand-in stays: it sends hostile and multi-rank events no tiny start shows).
 
 mod browser;
 mod common;
@@ -373,17 +373,18 @@ fn tiny_cmd(e: &Env, port: u16) -> Vec<String> {
 }
 
 /// The same checks against the real `vigil up --listen` watching the real llama-server: the page's phase and
-/// verdict within 1 s of vigil printing them with `--json` (the same events as `/events`). The listener's
-/// address comes from its `listening` event, assumed `{"event":"listening","addr":"127.0.0.1:PORT"}`.
+/// verdict within 1 s of vigil printing them with `--json` (the same events as `/events`). The listener is bound
+/// before the first `--json` line (the launch), on a port the test chose.
 #[test]
-#[ignore] // enable when --listen lands
 fn e2e_page_against_vigil_up_listen() {
     let Some(e) = env() else { return };
     let d = TempDir::new("page");
     let port = free_port();
+    let lport = free_port();
     let mut c = vigil();
     c.env("VIGIL_STATE_DIR", &d.0);
-    c.args(["up", "--name", "page", "--json", "--listen", "127.0.0.1:0", "--"]).args(tiny_cmd(&e, port));
+    let listen = format!("127.0.0.1:{lport}");
+    c.args(["up", "--name", "page", "--json", "--listen", &listen, "--"]).args(tiny_cmd(&e, port));
     c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).stdin(std::process::Stdio::null());
     let mut child = Guard(c.spawn().expect("spawn vigil"));
     // the run ends with the test, pass or fail: `vigil down` stops the server its keeper holds
@@ -409,14 +410,9 @@ fn e2e_page_against_vigil_up_listen() {
         }
     });
     let t = Duration::from_secs(90);
-    let mut before = Vec::new();
-    let addr = loop {
-        let (at, v) = rx.recv_timeout(t).expect("no `listening` event from vigil up --listen");
-        if v["event"] == "listening" {
-            break v["addr"].as_str().expect("listening.addr").to_string();
-        }
-        before.push((at, v));
-    };
+    let first = rx.recv_timeout(t).expect("no --json line from vigil up --listen");
+    let addr = listen.clone();
+    let before = vec![first];
     let mut before = before.into_iter();
     let mut done = false;
     let mut next = || {

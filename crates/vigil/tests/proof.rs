@@ -470,12 +470,12 @@ fn e2e_metrics_endpoint_scraped() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    // OpenMetrics when asked for; 404 for other paths
+    // OpenMetrics when asked for; 404 for other paths (`--metrics` is `--listen`'s alias: `/` is its page)
     let (code, om) = http_get(mport, "/metrics", &[("Accept", "application/openmetrics-text;version=1.0.0")]).unwrap();
     assert_eq!(code, 200);
     assert!(om.ends_with("# EOF\n") && om.contains("# UNIT vigil_phase_seconds seconds"), "{om}");
     assert_eq!(http_get(mport, "/metricsXYZ", &[]).unwrap().0, 404);
-    assert_eq!(http_get(mport, "/", &[]).unwrap().0, 404);
+    assert_eq!(http_get(mport, "/metrics/x", &[]).unwrap().0, 404);
     // systemctl stop / docker stop: SIGTERM after ready stops the server and exits 0
     signal(child.id() as i32, libc::SIGTERM);
     let st = wait_bounded(&mut child, T);

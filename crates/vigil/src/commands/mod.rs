@@ -161,6 +161,7 @@ pub async fn up(
             "up: give the server command after --, e.g. vigil up -- llama-server -m model.gguf",
         ));
     }
+    crate::supervise::up::start_listener(&a)?;
     if let Nodes::Remote(hs) = nodes {
         if hs.list.len() > 1 || hs.multi_node {
             if a.repair.is_some() {

@@ -7,6 +7,7 @@ use crate::error::CliError;
 use crate::exit::Exit;
 use crate::node::remote::{self, Conn, RemoteWatch, SshOpts};
 use crate::node::RunHandle;
+use crate::sinks::events::Typed;
 use crate::sinks::events::WatchEvent;
 use crate::sinks::records::CheckReport;
 use crate::sinks::redact::Redactor;
@@ -310,7 +311,9 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
             "none" => rep.note(t, &format!("'{name}' on {}: nothing running", conn.dest)),
             "signal" => {
                 let (sig, pids) = rest.split_once(' ').unwrap_or((rest, ""));
-                rep.note(t, &format!("sent {sig} to pids {}", pids.trim()))
+                let list: Vec<i32> = pids.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+                let what = Typed::StopStep { signal: sig.to_string(), pids: list };
+                rep.typed(t, &format!("sent {sig} to pids {}", pids.trim()), &what)
             }
             "gone" => rep.note(
                 t,
@@ -322,17 +325,20 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
             ),
             "left" => {
                 res.ok = false;
-                if let Some(p) = rest.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                let pid = rest.split_whitespace().next().and_then(|p| p.parse().ok());
+                if let Some(p) = pid {
                     res.survivors.push(p);
                 }
-                rep.note(
+                rep.typed(
                     t,
                     &format!("still alive on {}: pid {}", conn.dest, crate::sinks::redact::redact_cmdline(rest)),
+                    &Typed::StopSurvivor { pid: pid.unwrap_or(0) },
                 );
             }
             "gpu-free" => {
                 res.gpu_released = Some(true);
-                rep.note(t, &format!("GPU memory released: {} MiB no longer held (nvidia-smi)", rest.trim()))
+                let msg = format!("GPU memory released: {} MiB no longer held (nvidia-smi)", rest.trim());
+                rep.typed(t, &msg, &Typed::GpuRelease { released: Some(true) })
             }
             "gpu-held" => {
                 res.ok = false;
@@ -343,7 +349,8 @@ pub async fn stopped(conn: &Arc<Conn>, name: &str, grace: Duration, rep: &mut Re
                         res.survivors.push(p);
                     }
                 }
-                rep.note(t, &format!("GPU memory NOT released on {}: pid/MiB {rest}", conn.dest));
+                let msg = format!("GPU memory NOT released on {}: pid/MiB {rest}", conn.dest);
+                rep.typed(t, &msg, &Typed::GpuRelease { released: Some(false) });
             }
             _ => {}
         }

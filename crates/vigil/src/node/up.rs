@@ -3,7 +3,7 @@
 use crate::error::CliError;
 use crate::exit::Exit;
 use crate::node::run::{self, RunRecord, State, StopRequest};
-use crate::sinks::events::{RunEvent, WatchEvent};
+use crate::sinks::events::{RunEvent, Typed, WatchEvent};
 use crate::sinks::report::Reporter;
 use crate::sources::follow::{arg_value, cmdline};
 use crate::sources::procs;
@@ -519,7 +519,8 @@ pub async fn stop_run(dir: &Path, grace: Duration, rep: &mut Reporter) -> Result
             live.dedup();
             for p in &live {
                 let cmd = cmdline(*p).map(|c| c.join(" ")).unwrap_or_default();
-                rep.note(t0.elapsed().as_millis() as u64, &format!("still alive: pid {p} {}", rep.redact(&cmd)));
+                let msg = format!("still alive: pid {p} {}", rep.redact(&cmd));
+                rep.typed(t0.elapsed().as_millis() as u64, &msg, &Typed::StopSurvivor { pid: *p });
             }
             return Ok(live);
         }
@@ -549,10 +550,13 @@ pub async fn stop_run(dir: &Path, grace: Duration, rep: &mut Reporter) -> Result
     }
     for e in run::read_events(dir) {
         if e["event"] == "signal" {
-            rep.note(
-                t0.elapsed().as_millis() as u64,
-                &format!("sent {} to pids {}", e["signal"].as_str().unwrap_or("?"), e["pids"]),
-            );
+            let signal = e["signal"].as_str().unwrap_or("?").to_string();
+            let pids: Vec<i32> = e["pids"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|p| p.as_i64()).map(|p| p as i32).collect())
+                .unwrap_or_default();
+            let msg = format!("sent {signal} to pids {}", e["pids"]);
+            rep.typed(t0.elapsed().as_millis() as u64, &msg, &Typed::StopStep { signal, pids });
         }
     }
     rep.note(
@@ -589,7 +593,7 @@ fn gpu_to_prove(
     let t = || t0.elapsed().as_millis() as u64;
     let Some(b) = b else {
         if crate::sources::gpu::Reader::open().is_err() {
-            rep.note(t(), "GPU release not checked: no NVML and no nvidia-smi");
+            rep.typed(t(), "GPU release not checked: no NVML and no nvidia-smi", &Typed::GpuRelease { released: None });
         }
         return None;
     };
@@ -609,18 +613,19 @@ fn gpu_released(
 ) -> Vec<i32> {
     let t = || t0.elapsed().as_millis() as u64;
     if left.is_empty() {
-        rep.note(
+        rep.typed(
             t(),
             &format!(
                 "GPU memory released: {} no longer held (proven by {})",
                 crate::sources::gpu::describe(&b.held.per_gpu),
                 b.reader.name()
             ),
+            &Typed::GpuRelease { released: Some(true) },
         );
         return vec![];
     }
     for h in left {
-        rep.note(
+        rep.typed(
             t(),
             &format!(
                 "GPU memory NOT released: pid {} ({}) holds {} MiB on GPU {}{}",
@@ -630,6 +635,7 @@ fn gpu_released(
                 h.gpu,
                 if h.escaped { "; it started after the server and left its process tree" } else { "" }
             ),
+            &Typed::GpuRelease { released: Some(false) },
         );
     }
     left.iter().map(|h| h.pid).collect()
@@ -651,12 +657,16 @@ pub fn down_pid(p: i32, grace: Duration, json: bool) -> Result<Exit, CliError> {
         p,
         true,
         grace,
-        &mut |sig, pids| rep.note(0, &format!("sent {sig} to pids {}", join_pids(pids))),
+        &mut |sig, pids| {
+            let what = Typed::StopStep { signal: sig.to_string(), pids: pids.to_vec() };
+            rep.typed(0, &format!("sent {sig} to pids {}", join_pids(pids)), &what)
+        },
         &crate::signals::take_interrupt,
     );
     rep.emit(None, &WatchEvent::TreeStopped { pid: p, report: &r });
     for s in &r.survivors {
-        rep.note(r.elapsed_ms, &format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd)));
+        let msg = format!("still alive: pid {} {}", s.pid, rep.redact(&s.cmd));
+        rep.typed(r.elapsed_ms, &msg, &Typed::StopSurvivor { pid: s.pid });
     }
     if r.survivors.is_empty() {
         rep.note(

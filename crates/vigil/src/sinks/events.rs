@@ -7,6 +7,10 @@
 //! generation proof's is `vigil_core::proof::Generation`.
 
 use serde::Serialize;
+
+/// The version of the event schema, carried by every event object as `"v"` (docs/events.md). 2: notes carry
+/// `type` and data (`Typed`), `rank_phase`; 1 (no `v`): before issue #37. Fields are only ever added.
+pub const SCHEMA: u32 = 2;
 use std::collections::BTreeMap;
 use vigil_core::proof::Generation;
 use vigil_core::{Cause, Phase, ProbeOutcome};
@@ -61,6 +65,8 @@ pub enum WatchEvent<'a> {
     /// `down --pid`: what stopping a process tree did.
     #[serde(rename = "stopped")]
     TreeStopped { pid: i32, report: &'a StopReport },
+    /// Multi-node, on the head: one rank's phase changed (every rank's, the head's own included).
+    RankPhase { of_rank: usize, of_host: &'a str, phase: Phase },
     /// Multi-node: the least advanced rank's phase changed.
     MultiNodePhase { phase: Phase, slowest_rank: usize, slowest_host: &'a str },
     /// `up --repair` (issue #35): the attempt that just failed is repaired: the run is stopped (its release
@@ -109,6 +115,40 @@ pub enum WatchEvent<'a> {
         #[serde(skip)]
         cause: Option<Cause>,
     },
+}
+
+/// What a note is about, when it carries data scripts want (issue #37): the JSON `note` event keeps its
+/// `message` (what people read) and gains `type` and these fields, so `--json`, `/events` and the page carry
+/// them typed. Notes meant for people only (watch set-up, interrupts, fleet talk) stay untyped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Typed {
+    /// The log source changed: `waiting` (for the file to appear), `appeared`, `truncated`, `rotated`
+    /// (replaced), `writer_closed` (a FIFO's), `error` (it cannot be read), `ended`.
+    LogSource {
+        state: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+    },
+    /// The generation proof: `proving` (health is good, one completion asked), `retrying` (it failed, asked
+    /// again), `watching` (after ready), `probe_failed` (a generation probe while watching failed).
+    ProofStage {
+        stage: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+    },
+    /// The port answers, but its holder is not in the server's process tree: not proof of readiness.
+    ProbeRefused { port: u16, holder_pid: i32 },
+    /// The health URL's TLS certificate was refused.
+    CertError,
+    /// A stop sent `signal` to `pids`.
+    StopStep { signal: String, pids: Vec<i32> },
+    /// A process still alive after a stop.
+    StopSurvivor { pid: i32 },
+    /// After a stop: the tree's GPU memory released (`true`), still held (`false`), or not checked (null).
+    GpuRelease { released: Option<bool> },
+    /// Evidence (stacks, process states) could not be taken.
+    EvidenceFailed,
 }
 
 /// One host's line of a fleet's or multi-node server's end.
@@ -290,6 +330,25 @@ mod tests {
             serde_json::json!({"event": "repairs", "attempts": 2, "repairs": ["-c 100000000 -> 512, w"],
                 "verdict": "ready", "exit": 0})
         );
+        let e = WatchEvent::RankPhase { of_rank: 1, of_host: "gpu2", phase: Phase::Weights };
+        assert_eq!(
+            v(&e),
+            serde_json::json!({"event": "rank_phase", "of_rank": 1, "of_host": "gpu2", "phase": "weights"})
+        );
+        let t = |x: &Typed| serde_json::to_value(x).unwrap();
+        assert_eq!(
+            t(&Typed::StopStep { signal: "SIGTERM".into(), pids: vec![4, 5] }),
+            serde_json::json!({"type": "stop_step", "signal": "SIGTERM", "pids": [4, 5]})
+        );
+        assert_eq!(
+            t(&Typed::LogSource { state: "rotated", path: Some("/l".into()) }),
+            serde_json::json!({"type": "log_source", "state": "rotated", "path": "/l"})
+        );
+        assert_eq!(
+            t(&Typed::GpuRelease { released: None }),
+            serde_json::json!({"type": "gpu_release", "released": null})
+        );
+        assert_eq!(t(&Typed::EvidenceFailed), serde_json::json!({"type": "evidence_failed"}));
         let e = RunEvent::Signal { signal: "SIGTERM", pids: &[1, 2], t_unix_ms: 9 };
         assert_eq!(
             e.to_value(),

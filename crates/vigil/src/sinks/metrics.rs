@@ -1,4 +1,5 @@
-//! Prometheus metrics (`--metrics ADDR`, loopback by default), served by a small bounded HTTP endpoint.
+//! Prometheus metrics, served at `/metrics` by the `--listen` listener (`--metrics ADDR` is its alias;
+//! `sinks/listen/`).
 //!
 //! One label set per run: `run` (the run's name) and `server` (its kind, known from the command line
 //! when given, else once the log names it). Every series carries both; when the kind becomes known the
@@ -15,7 +16,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vigil_core::{Phase, Verdict};
 
 /// Every verdict a run can be in (one of them is 1).
@@ -63,14 +63,6 @@ struct State {
 #[derive(Clone)]
 pub struct Metrics {
     st: Arc<Mutex<State>>,
-}
-
-/// Binds `--metrics ADDR` now: settings are resolved before any side effect, so a taken port is a usage
-/// error before a server is launched (issue #14).
-pub fn bind(addr: std::net::SocketAddr) -> Result<std::sync::Arc<std::net::TcpListener>, crate::error::CliError> {
-    std::net::TcpListener::bind(addr)
-        .map(std::sync::Arc::new)
-        .map_err(|e| crate::error::CliError::usage(format!("--metrics {addr}: {e}")))
 }
 
 fn now_unix() -> f64 {
@@ -240,74 +232,6 @@ impl Metrics {
         }
         o
     }
-
-    /// Serves GET /metrics on a listener bound earlier by [`bind`] (before anything was launched), until
-    /// the runtime ends. Other paths answer 404, other methods 405; reads are bounded in size and time.
-    pub fn serve(self, l: &std::net::TcpListener) -> std::io::Result<std::net::SocketAddr> {
-        let l = l.try_clone()?;
-        l.set_nonblocking(true)?;
-        let l = tokio::net::TcpListener::from_std(l)?;
-        let local = l.local_addr()?;
-        tokio::spawn(async move {
-            loop {
-                let Ok((s, _)) = l.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                };
-                let m = self.clone();
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(Duration::from_secs(10), m.answer(s)).await;
-                });
-            }
-        });
-        Ok(local)
-    }
-
-    async fn answer(&self, mut s: tokio::net::TcpStream) -> std::io::Result<()> {
-        let mut head = Vec::with_capacity(1024);
-        let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = s.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buf[..n]);
-            if head.len() > 16 * 1024 {
-                break;
-            }
-        }
-        let (status, ctype, body, send_body) = respond(&String::from_utf8_lossy(&head), |f| self.render(f));
-        let resp = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        s.write_all(resp.as_bytes()).await?;
-        if send_body {
-            s.write_all(body.as_bytes()).await?;
-        }
-        s.shutdown().await
-    }
-}
-
-/// The answer to one request head: status, content type, body, and whether the body is sent (not for HEAD).
-fn respond(head: &str, render: impl Fn(Format) -> String) -> (&'static str, &'static str, String, bool) {
-    let mut lines = head.split("\r\n");
-    let mut rl = lines.next().unwrap_or("").split(' ');
-    let (method, target) = (rl.next().unwrap_or(""), rl.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let accept = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("accept"))
-        .map(|(_, v)| v.trim().to_string());
-    let plain = "text/plain; charset=utf-8";
-    if path != "/metrics" {
-        return ("404 Not Found", plain, "not found: metrics are at /metrics\n".into(), method != "HEAD");
-    }
-    if method != "GET" && method != "HEAD" {
-        return ("405 Method Not Allowed", plain, "GET /metrics\n".into(), true);
-    }
-    let f = Format::from_accept(accept.as_deref());
-    ("200 OK", f.content_type(), render(f), method == "GET")
 }
 
 /// `--metrics 9464` → 127.0.0.1:9464; `--metrics HOST:PORT` as given.
@@ -315,7 +239,7 @@ pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     if let Ok(p) = s.parse::<u16>() {
         return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], p)));
     }
-    s.parse().map_err(|_| format!("--metrics: bad address '{s}' (PORT or HOST:PORT)"))
+    s.parse().map_err(|_| format!("bad address '{s}' (PORT or HOST:PORT)"))
 }
 
 /// The watch's gauges: the judge's phase and verdict after each input, probe latencies, the verdict.
@@ -401,20 +325,13 @@ mod tests {
     }
 
     #[test]
-    fn negotiation_and_paths() {
-        let r = |f: Format| format!("{f:?}");
-        let prom = "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n\r\n";
-        let (st, ct, body, _) = respond(prom, r);
-        assert_eq!((st, body.as_str()), ("200 OK", "OpenMetrics"));
-        assert!(ct.starts_with("application/openmetrics-text"));
-        let (_, ct, body, _) = respond("GET /metrics HTTP/1.1\r\nAccept: text/plain\r\n\r\n", r);
-        assert_eq!(body, "Text");
-        assert!(ct.starts_with("text/plain; version=0.0.4"));
-        assert_eq!(respond("GET /metrics HTTP/1.1\r\n\r\n", r).2, "Text");
-        assert_eq!(respond("GET /metrics?x=1 HTTP/1.1\r\n\r\n", r).0, "200 OK");
-        assert_eq!(respond("GET /metricsXYZ HTTP/1.1\r\n\r\n", r).0, "404 Not Found");
-        assert_eq!(respond("GET / HTTP/1.1\r\n\r\n", r).0, "404 Not Found");
-        assert_eq!(respond("POST /metrics HTTP/1.1\r\n\r\n", r).0, "405 Method Not Allowed");
-        assert!(!respond("HEAD /metrics HTTP/1.1\r\n\r\n", r).3);
+    fn negotiation() {
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::from_accept(Some(prom)), Format::OpenMetrics);
+        assert!(Format::OpenMetrics.content_type().starts_with("application/openmetrics-text"));
+        assert_eq!(Format::from_accept(Some("text/plain")), Format::Text);
+        assert!(Format::Text.content_type().starts_with("text/plain; version=0.0.4"));
+        assert_eq!(Format::from_accept(None), Format::Text);
+        assert_eq!(Format::from_accept(Some("application/openmetrics-text; q=0")), Format::Text);
     }
 }

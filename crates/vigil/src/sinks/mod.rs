@@ -4,11 +4,13 @@
 //! `records` the one-shot commands' rows and reports; `report` renders the stream for people (TTY, plain)
 //! and as JSON behind the one redactor of `redact`, into a writer it owns (stdout, or a buffer in tests);
 //! `tables` renders the records; `metrics` (Prometheus) and `notify` (sd_notify) follow the verdict;
-//! `history` says what the startup history means in words; `timeline` draws a startup. Sinks import only
+//! `listen` serves the stream and the state built from it over HTTP (`--listen`); `history` says what the
+//! startup history means in words; `timeline` draws a startup. Sinks import only
 //! each other, the base modules and `vigil_core`: every other layer may import them, and hands them values.
 
 pub mod events;
 pub mod history;
+pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod records;

@@ -152,15 +152,16 @@ impl Reporter {
 
     /// Renders one event of the stream: a JSON line (with `t_ms` when given), or what people are shown of it.
     pub fn emit(&mut self, t_ms: Option<u64>, ev: &WatchEvent) {
-        if self.mode == Mode::Json {
-            if matches!(ev, WatchEvent::Disconnected) {
-                return; // `reconnected` reports the drop in JSON
-            }
+        if self.wants_json() && !matches!(ev, WatchEvent::Disconnected) {
+            // (`reconnected` reports the drop in JSON)
             let mut v = serde_json::to_value(ev).unwrap_or_default();
             if let (Some(t), Some(m)) = (t_ms, v.as_object_mut()) {
                 m.insert("t_ms".into(), t.into());
             }
-            return self.json(v);
+            self.json(v);
+        }
+        if self.mode == Mode::Json {
+            return;
         }
         let t = t_ms.unwrap_or(0);
         let text = match ev {
@@ -205,7 +206,8 @@ impl Reporter {
                 return self.line(&format!("L{line}: {profile}/{rule} [{}]{cause} | {text}", what.to_lowercase()));
             }
             // JSON only: the live line and the verdict show these to people
-            WatchEvent::Start { .. }
+            WatchEvent::RankPhase { .. }
+            | WatchEvent::Start { .. }
             | WatchEvent::Detected { .. }
             | WatchEvent::Probe { .. }
             | WatchEvent::Gpu { .. }
@@ -215,6 +217,14 @@ impl Reporter {
         self.note(t, &text);
     }
 
+    /// The JSON object of an event is wanted: `--json`, or a `--listen` listener in this process (which gets
+    /// every object, whatever this reporter shows people).
+    fn wants_json(&self) -> bool {
+        self.mode == Mode::Json || crate::sinks::listen::active()
+    }
+
+    /// One JSON object of the stream (tagged, redacted): to the listener when one serves, and on stdout
+    /// with `--json`. The listener gets it first, so a client that reads the line finds the state updated.
     pub fn json(&mut self, mut v: serde_json::Value) {
         if let (Some((h, r)), Some(m)) = (&self.tag, v.as_object_mut()) {
             m.insert("host".into(), h.clone().into());
@@ -222,7 +232,14 @@ impl Reporter {
                 m.insert("rank".into(), (*r).into());
             }
         }
+        if let Some(m) = v.as_object_mut() {
+            m.insert("v".into(), crate::sinks::events::SCHEMA.into());
+        }
         let s = self.redact(&v.to_string());
+        crate::sinks::listen::publish(&s);
+        if self.mode != Mode::Json {
+            return;
+        }
         let _ = self.out.write_all(format!("{s}\n").as_bytes());
         let _ = self.out.flush();
     }
@@ -236,31 +253,50 @@ impl Reporter {
     }
 
     pub fn note(&mut self, t_ms: u64, msg: &str) {
+        if self.wants_json() {
+            self.json(serde_json::json!({"event": "note", "t_ms": t_ms, "message": msg}));
+        }
         match self.mode {
-            Mode::Json => self.json(serde_json::json!({"event": "note", "t_ms": t_ms, "message": msg})),
-            Mode::Quiet => {}
+            Mode::Json | Mode::Quiet => {}
+            _ => self.print(&format!("[{:>7}] {msg}", fmt_t(t_ms))),
+        }
+    }
+
+    /// A note with data: in JSON the `note` object with `type` and the fields; for people, the note.
+    pub fn typed(&mut self, t_ms: u64, msg: &str, what: &crate::sinks::events::Typed) {
+        if self.wants_json() {
+            let mut v = serde_json::json!({"event": "note", "t_ms": t_ms, "message": msg});
+            if let (Some(m), Ok(serde_json::Value::Object(f))) = (v.as_object_mut(), serde_json::to_value(what)) {
+                m.extend(f);
+            }
+            self.json(v);
+        }
+        match self.mode {
+            Mode::Json | Mode::Quiet => {}
             _ => self.print(&format!("[{:>7}] {msg}", fmt_t(t_ms))),
         }
     }
 
     /// `--echo`: a log line as read.
     pub fn echo(&mut self, t_ms: u64, line: &str) {
-        match self.mode {
-            Mode::Json => self.json(serde_json::json!({"event": "line", "t_ms": t_ms, "text": line})),
-            _ => self.print(&format!("  | {line}")),
+        if self.wants_json() {
+            self.json(serde_json::json!({"event": "line", "t_ms": t_ms, "text": line}));
+        }
+        if self.mode != Mode::Json {
+            self.print(&format!("  | {line}"));
         }
     }
 
     pub fn event(&mut self, t_ms: u64, ev: &Event) {
-        match (self.mode, ev) {
-            (_, Event::Verdict(_)) => {}
-            (Mode::Json, e) => {
-                let mut v = serde_json::to_value(e).unwrap_or_default();
-                if let Some(m) = v.as_object_mut() {
-                    m.insert("t_ms".into(), t_ms.into());
-                }
-                self.json(v);
+        if self.wants_json() && !matches!(ev, Event::Verdict(_)) {
+            let mut v = serde_json::to_value(ev).unwrap_or_default();
+            if let Some(m) = v.as_object_mut() {
+                m.insert("t_ms".into(), t_ms.into());
             }
+            self.json(v);
+        }
+        match (self.mode, ev) {
+            (_, Event::Verdict(_)) | (Mode::Json, _) => {}
             (Mode::Quiet, _) => {}
             // An error the server went on from is said in text offline too (`vigil diagnose`).
             (_, Event::Retried { phase, error, went_on }) => {
@@ -366,18 +402,19 @@ impl Reporter {
     }
 
     pub fn verdict(&mut self, t_ms: u64, r: &Report, file: Option<&str>) {
-        match self.mode {
-            Mode::Json => {
-                let mut v = serde_json::to_value(r).unwrap_or_default();
-                if let Some(m) = v.as_object_mut() {
-                    m.insert("event".into(), "verdict".into());
-                    m.insert("t_ms".into(), t_ms.into());
-                    if let Some(f) = file {
-                        m.insert("file".into(), f.into());
-                    }
+        if self.wants_json() {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            if let Some(m) = v.as_object_mut() {
+                m.insert("event".into(), "verdict".into());
+                m.insert("t_ms".into(), t_ms.into());
+                if let Some(f) = file {
+                    m.insert("file".into(), f.into());
                 }
-                self.json(v);
             }
+            self.json(v);
+        }
+        match self.mode {
+            Mode::Json => {}
             _ => {
                 // what the evidence event showed is not repeated under the verdict
                 let told = std::mem::take(&mut self.told_evidence);
@@ -412,6 +449,10 @@ impl crate::sinks::sink::Sink for Reporter {
 
     fn echo(&mut self, t_ms: u64, line: &str) {
         Reporter::echo(self, t_ms, line);
+    }
+
+    fn typed(&mut self, t_ms: u64, msg: &str, what: &crate::sinks::events::Typed) {
+        Reporter::typed(self, t_ms, msg, what);
     }
 
     fn emit(&mut self, t_ms: Option<u64>, ev: &WatchEvent<'_>) {
@@ -574,6 +615,23 @@ mod tests {
         fn text(&self) -> String {
             String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
         }
+    }
+
+    #[test]
+    fn a_typed_note_reads_as_before_and_carries_its_data_in_json() {
+        let what = crate::sinks::events::Typed::StopStep { signal: "SIGTERM".into(), pids: vec![7, 8] };
+        let (mut r, b) = plain();
+        r.typed(1500, "sent SIGTERM to pids [7,8]", &what);
+        assert_eq!(b.text(), "[  1.50s] sent SIGTERM to pids [7,8]\n");
+        let b = Buf::default();
+        let mut r = Reporter::to_writer(Mode::Json, false, Box::new(b.clone()));
+        r.typed(1500, "sent SIGTERM to pids [7,8]", &what);
+        let v: serde_json::Value = serde_json::from_str(b.text().trim()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"event": "note", "t_ms": 1500, "message": "sent SIGTERM to pids [7,8]",
+                "type": "stop_step", "signal": "SIGTERM", "pids": [7, 8], "v": crate::sinks::events::SCHEMA})
+        );
     }
 
     fn plain() -> (Reporter, Buf) {

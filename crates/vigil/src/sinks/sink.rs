@@ -14,6 +14,10 @@ use vigil_core::{Event, Judge, Report, Verdict};
 pub trait Sink {
     /// A free-text note (JSON: the `note` event).
     fn note(&mut self, _t_ms: u64, _msg: &str) {}
+    /// A note with data (`events::Typed`): by default what [`Sink::note`] does with its message.
+    fn typed(&mut self, t_ms: u64, msg: &str, _what: &crate::sinks::events::Typed) {
+        self.note(t_ms, msg);
+    }
     /// `--echo`: a log line as read.
     fn echo(&mut self, _t_ms: u64, _line: &str) {}
     /// One of vigil's own events (`docs/events.md`).

@@ -153,8 +153,14 @@ pub fn check(rep: &CheckReport, json: bool) {
 
 /// The end of a fleet or multi-node watch: one JSON object, or the headline (multi-node) and a line per host.
 pub fn fleet(end: &FleetEnd, json: bool, quiet: bool) {
+    let mut v = end.to_json();
+    if let Some(m) = v.as_object_mut() {
+        m.insert("v".into(), crate::sinks::events::SCHEMA.into());
+    }
+    let v = v.to_string();
+    crate::sinks::listen::publish(&v);
     if json {
-        out_raw(&end.to_json().to_string());
+        out_raw(&v);
         return;
     }
     for l in fleet_text(end, quiet) {

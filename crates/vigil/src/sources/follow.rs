@@ -1,6 +1,7 @@
 //! Line sources for `wait`: a followed log file (may not exist yet; may be truncated in place or
 //! renamed and recreated), stdin, or a command's output (`kubectl logs -f`, `journalctl -fu`).
 
+use crate::sinks::events::Typed;
 use crate::sources::lines::Splitter;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileTypeExt;
@@ -10,11 +11,16 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc::Sender;
 
+/// The typed side of a log-source note.
+fn log_state(state: &'static str, path: &std::path::Path) -> Typed {
+    Typed::LogSource { state, path: Some(path.display().to_string()) }
+}
+
 #[derive(Debug)]
 pub enum SourceMsg {
     Line(String),
-    /// A note for the user (file appeared, rotated, command ended).
-    Note(String),
+    /// A note for the user (file appeared, rotated, command ended), with what it says as data.
+    Note(String, Typed),
     /// The SSH connection carrying the log dropped (probes pause until it is back).
     Disconnected,
     /// Connected again; the log resumes at byte `offset`.
@@ -169,7 +175,9 @@ pub async fn follow_file(path: PathBuf, tx: Sender<SourceMsg>) {
             // a FIFO or a device: never opened here (opening a FIFO blocks until a writer comes)
             if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
                 if waited_note {
-                    let _ = tx.send(SourceMsg::Note(format!("log {} appeared", path.display()))).await;
+                    let _ = tx
+                        .send(SourceMsg::Note(format!("log {} appeared", path.display()), log_state("appeared", &path)))
+                        .await;
                 }
                 return follow_stream(path, tx).await;
             }
@@ -177,7 +185,12 @@ pub async fn follow_file(path: PathBuf, tx: Sender<SourceMsg>) {
                 Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
                     let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
                     if waited_note {
-                        let _ = tx.send(SourceMsg::Note(format!("log {} appeared", path.display()))).await;
+                        let _ = tx
+                            .send(SourceMsg::Note(
+                                format!("log {} appeared", path.display()),
+                                log_state("appeared", &path),
+                            ))
+                            .await;
                     }
                     file = Some((f, ino));
                     offset = 0;
@@ -186,7 +199,7 @@ pub async fn follow_file(path: PathBuf, tx: Sender<SourceMsg>) {
                 _ => {
                     if !waited_note {
                         let n = format!("waiting for log {} to appear", path.display());
-                        let _ = tx.send(SourceMsg::Note(n)).await;
+                        let _ = tx.send(SourceMsg::Note(n, log_state("waiting", &path))).await;
                         waited_note = true;
                     }
                     waker.wait().await;
@@ -201,7 +214,12 @@ pub async fn follow_file(path: PathBuf, tx: Sender<SourceMsg>) {
                 if let Some(l) = split.finish() {
                     let _ = tx.send(SourceMsg::Line(l)).await;
                 }
-                let _ = tx.send(SourceMsg::Note("log truncated: reading it again from the start".into())).await;
+                let _ = tx
+                    .send(SourceMsg::Note(
+                        "log truncated: reading it again from the start".into(),
+                        log_state("truncated", &path),
+                    ))
+                    .await;
                 offset = 0;
                 let _ = f.seek(SeekFrom::Start(0));
             }
@@ -237,7 +255,12 @@ pub async fn follow_file(path: PathBuf, tx: Sender<SourceMsg>) {
                     if let Some(l) = split.finish() {
                         let _ = tx.send(SourceMsg::Line(l)).await;
                     }
-                    let _ = tx.send(SourceMsg::Note("log replaced (rotated): following the new file".into())).await;
+                    let _ = tx
+                        .send(SourceMsg::Note(
+                            "log replaced (rotated): following the new file".into(),
+                            log_state("rotated", &path),
+                        ))
+                        .await;
                     file = None;
                     continue;
                 }
@@ -269,7 +292,8 @@ async fn follow_stream(path: PathBuf, tx: Sender<SourceMsg>) {
         let f = match tokio::fs::File::open(&path).await {
             Ok(f) => f,
             Err(e) => {
-                let _ = tx.send(SourceMsg::Note(format!("log {}: {e}", path.display()))).await;
+                let _ =
+                    tx.send(SourceMsg::Note(format!("log {}: {e}", path.display()), log_state("error", &path))).await;
                 return;
             }
         };
@@ -279,7 +303,7 @@ async fn follow_stream(path: PathBuf, tx: Sender<SourceMsg>) {
             return;
         }
         let n = format!("log {} (a FIFO): its writer closed; waiting for the next", path.display());
-        if tx.send(SourceMsg::Note(n)).await.is_err() {
+        if tx.send(SourceMsg::Note(n, log_state("writer_closed", &path))).await.is_err() {
             return;
         }
     }

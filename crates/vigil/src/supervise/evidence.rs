@@ -3,6 +3,7 @@
 
 use crate::exit::Exit;
 use crate::node::evidence::{dir_for, gather};
+use crate::sinks::events::Typed;
 use std::path::Path;
 
 /// At a verdict that leaves the server alive and stuck (stalled, unhealthy): captures the evidence, tells
@@ -31,7 +32,7 @@ pub async fn at_verdict(
                 r.evidence = lines;
                 rep.event(t_ms, &vigil_core::Event::Evidence(Box::new(ev)));
             }
-            Err(e) => rep.note(t_ms, &format!("evidence on the node: {e}")),
+            Err(e) => rep.typed(t_ms, &format!("evidence on the node: {e}"), &Typed::EvidenceFailed),
         }
         return;
     }
@@ -41,7 +42,7 @@ pub async fn at_verdict(
     let ev = match tokio::task::spawn_blocking(move || gather(pid, &dir, &secrets)).await {
         Ok(ev) => ev,
         Err(e) => {
-            rep.note(t_ms, &format!("evidence capture failed: {e}"));
+            rep.typed(t_ms, &format!("evidence capture failed: {e}"), &Typed::EvidenceFailed);
             return;
         }
     };

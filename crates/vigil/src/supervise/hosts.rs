@@ -312,6 +312,9 @@ pub async fn up_one(
             w.take(h);
             if tagged {
                 w.tag = Some((host.to_string(), rank));
+                // one of several (fleet, multi-node): the driver serves after ready (and its listener with it);
+                // only --watch keeps this host's watch going
+                w.watch = a.proof.watch;
             }
             w.phase_tx = phase_tx;
             res.set_outcome(wait::run(w, (*profiles).clone()).await);

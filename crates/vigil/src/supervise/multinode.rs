@@ -451,6 +451,7 @@ pub async fn up(
     if flags.scancel.is_some() && !matches!(job.launcher, Launcher::Slurm { .. }) {
         return Err(CliError::usage("--scancel is for a Slurm job step; this group was started by another launcher"));
     }
+    crate::supervise::up::start_listener(&a)?;
     let (a, profiles) = (Arc::new(a), Arc::new(profiles));
     let local = tokio::task::LocalSet::new();
     local
@@ -579,6 +580,8 @@ async fn head(c: Ctx) -> Result<Exit, CliError> {
                         } else if node_name != job.nodes[r] {
                             rep.note(t, &format!("rank {r} says it is {node_name}, Slurm says {}", job.nodes[r]));
                         }
+                        let ev = WatchEvent::RankPhase { of_rank: r, of_host: &job.nodes[r], phase: Phase::Launch };
+                        rep.emit(Some(t), &ev);
                     }
                     MultiStep::Wait
                 }
@@ -841,7 +844,8 @@ async fn own_evidence(node: &AnyNode, name: &str, rep: &mut Reporter, t0: Instan
             vigil_core::evidence::stopped_line(&lines).cloned()
         }
         Err(e) => {
-            rep.note(t, &format!("evidence of this rank: {}", e.message()));
+            let msg = format!("evidence of this rank: {}", e.message());
+            rep.typed(t, &msg, &crate::sinks::events::Typed::EvidenceFailed);
             None
         }
     }
@@ -857,6 +861,11 @@ async fn job_ending() -> bool {
 
 /// A rank's phase into the combined live phase (the least advanced rank's).
 fn phase(multi: &mut MultiNode, rep: &mut Reporter, t0: Instant, job: &Group, r: usize, p: Phase) {
+    // every rank's phase as the head hears it (the listener's `/status` shows each rank)
+    rep.emit(
+        Some(t0.elapsed().as_millis() as u64),
+        &WatchEvent::RankPhase { of_rank: r, of_host: &job.nodes[r], phase: p },
+    );
     if let Some((phase, slow)) = multi.phase(r, p) {
         let ev = WatchEvent::MultiNodePhase { phase, slowest_rank: slow, slowest_host: &job.nodes[slow] };
         rep.emit(Some(t0.elapsed().as_millis() as u64), &ev);

@@ -40,8 +40,20 @@ pub fn watch_args(a: &UpArgs) -> wait::Args {
     w
 }
 
-/// `up` keeps watching after ready with `--watch`, and in the foreground with `--metrics` (the values
-/// come from the watch: without it they would freeze at ready).
+/// `up` keeps watching after ready with `--watch`, and in the foreground with `--listen`/`--metrics` (the
+/// values come from the watch: without it they would freeze at ready).
 pub fn watching(a: &UpArgs) -> bool {
-    a.proof.watch || (a.proof.metrics.is_some() && !a.detach)
+    a.proof.watch || (a.proof.listen.is_some() && !a.detach)
+}
+
+/// `--listen` serves from the launch on: started before the node launches anything (once per process; the
+/// watch finds it running).
+pub fn start_listener(a: &UpArgs) -> Result<(), crate::error::CliError> {
+    if let Some(l) = &a.proof.listen {
+        if let Some(url) = crate::sinks::listen::start(l, crate::sources::history::hostname())? {
+            let mut rep = crate::sinks::report::Reporter::new(a.launch.json, a.quiet);
+            rep.note(0, &format!("listening on {url} (/startupz /readyz /livez /status /events /metrics)"));
+        }
+    }
+    Ok(())
 }

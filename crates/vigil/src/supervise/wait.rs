@@ -61,11 +61,10 @@ pub struct Args {
     pub unhealthy_after: Duration,
     /// Watch: a generation probe this often.
     pub generate_every: Duration,
-    pub metrics: Option<std::net::SocketAddr>,
-    /// The `--metrics` listener when `up` bound it before launching.
-    pub metrics_listener: Option<std::sync::Arc<std::net::TcpListener>>,
-    /// After a verdict that ends vigil (not ready), keep `--metrics` served this long so that the
-    /// verdict is scraped (an interrupt cuts it short).
+    /// `--listen` (or its alias `--metrics`): the listener, bound while the settings were resolved.
+    pub listen: Option<std::sync::Arc<crate::sinks::listen::Settings>>,
+    /// After a verdict that ends vigil (not ready), keep the listener serving this long so that the
+    /// verdict is read (an interrupt cuts it short).
     pub metrics_linger: Duration,
     /// The run's name for the `run` label (a run of `vigil up`; else what is watched).
     pub run_name: Option<String>,
@@ -116,8 +115,7 @@ impl Args {
             watch: false,
             unhealthy_after: Duration::from_secs(30),
             generate_every: Duration::from_secs(60),
-            metrics: None,
-            metrics_listener: None,
+            listen: None,
             metrics_linger: Duration::from_secs(30),
             run_name: None,
             verdict_file: None,
@@ -459,6 +457,7 @@ impl Io {
         let t = self.ms();
         match act {
             Action::Note(n) => self.tell(w, |s, _, _| s.note(t, &n)),
+            Action::Typed(n, what) => self.tell(w, |s, _, _| s.typed(t, &n, &what)),
             Action::Echo(l) => self.tell(w, |s, _, _| s.echo(t, &l)),
             Action::Say(say) => self.say(w, t, &say),
             Action::Event(e) => self.tell(w, |s, _, _| s.event(t, &e)),
@@ -663,15 +662,14 @@ fn start<'p>(
         .or_else(|| target.as_ref().map(|t| format!("{}:{}", t.host, t.port)))
         .or_else(|| a.pid.map(|p| format!("pid {p}")))
         .unwrap_or_else(|| "wait".into());
-    let metrics = match a.metrics {
-        Some(addr) => {
+    let metrics = match &a.listen {
+        Some(l) => {
+            // `up` started it before the launch; `wait` and `watch` start it here (once per process)
+            if let Some(url) = crate::sinks::listen::start(l, crate::sources::history::hostname())? {
+                rep.note(0, &format!("listening on {url} (/startupz /readyz /livez /status /events /metrics)"));
+            }
             let m = Metrics::new(&run_name, server_name_for_metrics(&forced), a.restarts);
-            let l = match &a.metrics_listener {
-                Some(l) => l.clone(),
-                None => crate::sinks::metrics::bind(addr)?,
-            };
-            let local = m.clone().serve(&l).map_err(|e| CliError::usage(format!("--metrics {addr}: {e}")))?;
-            rep.note(0, &format!("metrics on http://{local}/metrics"));
+            crate::sinks::listen::set_metrics(&m);
             *metrics_out = Some(m.clone());
             Some(m)
         }

@@ -11,6 +11,7 @@
 
 use crate::exit::Exit;
 use crate::node::ServerEnd;
+use crate::sinks::events::Typed;
 use crate::sinks::notify::Notify;
 use crate::sources::follow::SourceMsg;
 use crate::sources::gpu::Held;
@@ -108,6 +109,8 @@ pub enum Say {
 #[derive(Debug, Clone)]
 pub enum Action {
     Note(String),
+    /// A note with data (`sinks::events::Typed`).
+    Typed(String, Typed),
     /// `--echo`: a log line as read.
     Echo(String),
     Say(Say),
@@ -332,7 +335,7 @@ impl<'p> Watch<'p> {
                     }
                     events = self.line(now, &raw, &mut out);
                 }
-                SourceMsg::Note(n) => out.push(Action::Note(n)),
+                SourceMsg::Note(n, t) => out.push(Action::Typed(n, t)),
                 SourceMsg::Disconnected => {
                     // in-flight probes went through the dead connection; none start until it is back
                     let was_down = std::mem::replace(&mut self.link_down, true);
@@ -365,7 +368,7 @@ impl<'p> Watch<'p> {
             }
             Input::LogEnded => {
                 self.lines_open = false;
-                out.push(Action::Note("the log source ended".into()));
+                out.push(Action::Typed("the log source ended".into(), Typed::LogSource { state: "ended", path: None }));
                 events = self.feed(now, vigil_core::Input::Eof);
             }
             Input::Exit { end, log_bytes } => {
@@ -529,16 +532,19 @@ impl<'p> Watch<'p> {
         if r.cert_error && !self.cert_noted {
             // Said once, whatever the output mode: retrying will not fix it unless the server's
             // certificate changes (an ingress serving a placeholder until its secret loads does).
-            out.push(Action::Note(format!("health probe: {}", r.note)));
+            out.push(Action::Typed(format!("health probe: {}", r.note), Typed::CertError));
             self.cert_noted = true;
         }
         out.push(Action::ProbeLatency(r.latency));
         if let Some(h) = &holder {
             if !self.squatter_noted {
-                out.push(Action::Note(format!(
-                    "port {} answers, but it is held by pid {} ({}), not the server's process tree: not ready",
-                    h.port, h.pid, h.cmd
-                )));
+                out.push(Action::Typed(
+                    format!(
+                        "port {} answers, but it is held by pid {} ({}), not the server's process tree: not ready",
+                        h.port, h.pid, h.cmd
+                    ),
+                    Typed::ProbeRefused { port: h.port, holder_pid: h.pid },
+                ));
                 self.squatter_noted = true;
             }
         }
@@ -613,7 +619,10 @@ impl<'p> Watch<'p> {
         if r.verdict == Verdict::Ready && *self.proof.stage() == Stage::Starting {
             match self.proof.judge_ready(now, r, self.judge.degraded()) {
                 Step::Prove => {
-                    out.push(Action::Note("health is good: proving generation with one real completion".into()));
+                    out.push(Action::Typed(
+                        "health is good: proving generation with one real completion".into(),
+                        Typed::ProofStage { stage: "proving", why: None },
+                    ));
                     self.next_gen = now;
                 }
                 Step::Ready { report, watching } => self.ready(now, report, watching, out),
@@ -632,7 +641,10 @@ impl<'p> Watch<'p> {
         let code = if report.degraded.is_some() { Exit::Degraded } else { Exit::Ready };
         out.push(Action::Verdict(report.clone()));
         if watching {
-            out.push(Action::Note("watching: health and generation probes, the log, the process".into()));
+            out.push(Action::Typed(
+                "watching: health and generation probes, the log, the process".into(),
+                Typed::ProofStage { stage: "watching", why: None },
+            ));
             self.next_gen = at + self.set.generate_every.as_millis() as u64;
         } else {
             out.push(Action::End(Box::new(Outcome::verdict(code, *report))));
@@ -650,12 +662,15 @@ impl<'p> Watch<'p> {
             }
             Step::Timeout(r) => self.proof_timed_out(r, out),
             Step::RetryAt { at, note } => {
-                out.push(Action::Note(format!("generation proof failed ({note}), retrying")));
+                let msg = format!("generation proof failed ({note}), retrying");
+                out.push(Action::Typed(msg, Typed::ProofStage { stage: "retrying", why: Some(note) }));
                 self.next_gen = at.max(now);
             }
             Step::Probe(outcome) => {
                 if !g.ok {
-                    out.push(Action::Note(format!("generation probe failed: {}", g.note)));
+                    let why = Some(g.note.clone());
+                    let msg = format!("generation probe failed: {}", g.note);
+                    out.push(Action::Typed(msg, Typed::ProofStage { stage: "probe_failed", why }));
                 }
                 let ev = self.feed(now, vigil_core::Input::Probe(outcome));
                 if let Some(Event::Verdict(r)) = ev.into_iter().find(|e| matches!(e, Event::Verdict(_))) {

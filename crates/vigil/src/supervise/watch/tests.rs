@@ -152,7 +152,7 @@ fn generates(acts: &[Action]) -> usize {
 fn notes(acts: &[Action]) -> Vec<&str> {
     acts.iter()
         .filter_map(|a| match a {
-            Action::Note(n) => Some(n.as_str()),
+            Action::Note(n) | Action::Typed(n, _) => Some(n.as_str()),
             _ => None,
         })
         .collect()

@@ -457,7 +457,7 @@ pub async fn up(
     local
         .run_until(async move {
             let rank0 = job.rank == 0;
-            let c = Ctx { job, flags, a, argv, profiles };
+            let c = Ctx { job, flags, a, argv, profiles, kind };
             if rank0 {
                 head(c).await
             } else {
@@ -491,6 +491,8 @@ struct Ctx {
     a: Arc<UpArgs>,
     argv: Vec<Vec<u8>>,
     profiles: Arc<Profiles>,
+    /// The server's kind (`--server`, else detected from the command), read once for every rank.
+    kind: Option<String>,
 }
 
 fn reporter(a: &UpArgs, job: &Group) -> Reporter {
@@ -502,13 +504,9 @@ fn reporter(a: &UpArgs, job: &Group) -> Reporter {
 /// The head (rank 0): its own rank, the others' reports, the combined verdict, and at a failure the stop of
 /// every rank and the end of the step or job.
 async fn head(c: Ctx) -> Result<Exit, CliError> {
-    let Ctx { mut job, flags, a, argv, profiles } = c;
+    let Ctx { mut job, flags, a, argv, profiles, kind } = c;
     let n = job.nodes.len();
     let port = job.port;
-    let kind = {
-        let argv_s: Vec<String> = argv.iter().map(|x| String::from_utf8_lossy(x).into_owned()).collect();
-        a.server.clone().or_else(|| profiles.detect_cmd(&argv_s).map(String::from))
-    };
     // a loopback rendezvous (ranks on one machine) listens there only; any other on every address, since
     // the name the others use for the head may not be one of this machine's own
     let bind: std::net::IpAddr = match job.head.parse::<std::net::IpAddr>() {
@@ -980,14 +978,13 @@ async fn connect(job: &Group, port: u16, by: tokio::time::Instant) -> Result<Tcp
 /// A rank ≥ 1: its own rank, reported to the head; stops at the head's word, at an interrupt, or (the head
 /// lost) at its own failure, when it ends the allocation itself.
 async fn member(c: Ctx) -> Result<Exit, CliError> {
-    let Ctx { job, flags, a, argv, profiles } = c;
+    let Ctx { job, flags, a, argv, profiles, kind } = c;
     let name = a.name.clone().unwrap_or_default();
     let mut rep = reporter(&a, &job);
     let port = job.port;
     // a rank whose command names no API port (vLLM's --headless workers), or whose health answer proves
     // nothing (SGLang's dummy /health on --node-rank >= 1), has no readiness of its own
     let argv_s: Vec<String> = argv.iter().map(|x| String::from_utf8_lossy(x).into_owned()).collect();
-    let kind = a.server.clone().or_else(|| profiles.detect_cmd(&argv_s).map(String::from));
     let cmd_spec = kind.as_deref().and_then(|k| profiles.get(k)).map(|p| &p.cmd);
     let follower =
         cmd_spec.is_some_and(|c| c.dummy_health(&argv_s)) || !vigil_core::profile::serves_api(cmd_spec, &argv_s);

@@ -138,6 +138,21 @@ fn raise_nofile(want: u64) -> u64 {
     }
 }
 
+/// `vigil wait --json --listen LPORT` on a server started by the test (its log, pid and port), the listener
+/// lingering 30 s after the verdict: the guarded child and its `--json` lines.
+fn wait_listening(
+    log: &std::path::Path,
+    pid: i32,
+    port: u16,
+    lport: u16,
+) -> (Guard, impl Iterator<Item = serde_json::Value>) {
+    let mut c = vigil();
+    c.args(["wait", "--json", "--listen", &lport.to_string(), "--metrics-linger", "30s", "--log"]).arg(log);
+    c.args(["--pid", &pid.to_string(), "--url", &format!("http://127.0.0.1:{port}/health")]);
+    let (child, events) = spawn_json(c);
+    (Guard(child), events)
+}
+
 /// A server held in weight loading (its model is a FIFO) is `starting` in `weights` on `/startupz` (503, with
 /// the phase, the rank, elapsed) and not ready on `/readyz`; killed, `/startupz` answers 500 with the verdict's
 /// cause. A truncated GGUF: 500 with `model_file` and the hint.
@@ -149,11 +164,7 @@ fn e2e_listen_startupz_while_loading_then_500_with_the_cause() {
     let log = d.path("server.log");
     let fifo = fifo_model(&d);
     let s = start_server(&e, &fifo, port, &log, &[]);
-    let mut c = vigil();
-    c.args(["wait", "--json", "--listen", &lport.to_string(), "--metrics-linger", "30s", "--log"]).arg(&log);
-    c.args(["--pid", &s.pid().to_string(), "--url", &format!("http://127.0.0.1:{port}/health")]);
-    let (child, mut events) = spawn_json(c);
-    let _child = Guard(child);
+    let (_child, mut events) = wait_listening(&log, s.pid(), port, lport);
     let mut seen = vec![];
     until(&mut events, &mut seen, |j| j["event"] == "phase" && j["phase"] == "weights");
     let (code, b) = get_json(lport, "/startupz");
@@ -181,11 +192,7 @@ fn e2e_listen_startupz_while_loading_then_500_with_the_cause() {
     let (port, lport) = (free_port(), free_port());
     let log = d.path("trunc.log");
     let s = start_server(&e, &e.models.join("truncated.gguf"), port, &log, &[]);
-    let mut c = vigil();
-    c.args(["wait", "--json", "--listen", &lport.to_string(), "--metrics-linger", "30s", "--log"]).arg(&log);
-    c.args(["--pid", &s.pid().to_string(), "--url", &format!("http://127.0.0.1:{port}/health")]);
-    let (child, mut events) = spawn_json(c);
-    let _child = Guard(child);
+    let (_child, mut events) = wait_listening(&log, s.pid(), port, lport);
     let mut seen = vec![];
     until(&mut events, &mut seen, |j| j["event"] == "verdict");
     let (code, b) = get_json(lport, "/startupz");

@@ -494,14 +494,16 @@ pub(crate) fn summarize(
         })
         .collect();
     let phase = server_phase(results, worst, decider);
+    // the shared vocabulary's word (a degraded server is ready, its degradation said per rank)
     let verdict = match worst {
-        Exit::Ready | Exit::Degraded => "ready".to_string(),
-        Exit::Timeout => "timeout".into(),
-        Exit::Unhealthy => "unhealthy".into(),
-        Exit::Stalled => "stalled".into(),
-        Exit::Crashed => "crashed".into(),
-        Exit::Interrupted => "interrupted".into(),
-        Exit::Unreachable => "unreachable".into(),
+        Exit::Degraded => Exit::Ready.word().to_string(),
+        Exit::Ready
+        | Exit::Timeout
+        | Exit::Unhealthy
+        | Exit::Stalled
+        | Exit::Crashed
+        | Exit::Interrupted
+        | Exit::Unreachable => worst.word().to_string(),
         _ => decider.map_or_else(|| "failed".to_string(), |d| hosts[d].verdict.clone()),
     };
     let end = crate::sinks::events::FleetEnd { multi, exit: worst.code(), hosts, decider, phase, verdict };
